@@ -1,0 +1,63 @@
+"""The typed boundary between rollout code and any generation engine (transformers on CPU, vLLM
+on GPU). Token-in/token-out: requests carry prompt token ids, results carry the generated ids and
+their behaviour log-probs; text is for display and parsing only, never re-tokenised for training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+FinishReason = Literal["stop", "length", "abort", "error"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+    #: generation ends after emitting one of these ids (the id is kept, and trained on)
+    stop_token_ids: tuple[int, ...] = ()
+    #: generation ends once the decoded text contains one of these strings
+    stop_strings: tuple[str, ...] = ()
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    request_id: str
+    prompt_ids: list[int]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+
+@dataclass
+class GenerationResult:
+    request_id: str
+    #: exactly the ids the engine sampled (a stop token, when hit, is the last id)
+    token_ids: list[int]
+    #: log pi_behaviour(token | prefix) over the action vocabulary, one per token id
+    logprobs: list[float]
+    finish_reason: FinishReason
+    #: the policy version whose weights produced every token of this result
+    policy_version: int
+    text: str = ""
+    error: str | None = None
+
+
+@runtime_checkable
+class InferenceEngine(Protocol):
+    """What the rollout engine needs from a generator.
+
+    ``generate`` is safe to call from many coroutines at once; the engine batches concurrent
+    requests. ``update_weights`` takes effect between batches: a result is never produced by a
+    mix of versions. ``banned_token_ids`` (SAPO's value tokens) are never sampled.
+    """
+
+    @property
+    def version(self) -> int: ...
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult: ...
+
+    def update_weights(self, state_dict: dict, version: int) -> None: ...
+
+    async def close(self) -> None: ...
