@@ -61,3 +61,23 @@ class InferenceEngine(Protocol):
     def update_weights(self, state_dict: dict, version: int) -> None: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class ChatCodec(Protocol):
+    """Chat-template tokenisation that rollout layouts need, without re-tokenising history.
+
+    ``encode_chat`` renders a whole conversation once (a per-step prompt, or the opening of a
+    full-history transcript). ``encode_bridge`` gives the ids that follow the model's own
+    end-of-turn token to add one user message and open the next assistant turn, so a transcript
+    grows by appending: ``prompt | a1 | bridge(o1) | a2 | ...``.
+    """
+
+    @property
+    def end_of_turn_id(self) -> int: ...
+
+    def encode_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]: ...
+
+    def encode_bridge(self, user_message: str) -> list[int]: ...
+
+    def decode(self, token_ids: list[int]) -> str: ...
