@@ -1,0 +1,380 @@
+"""The one configuration system: typed, validated pydantic models, loaded from YAML plus dotted
+command-line overrides (``train.steps=20 algo.dual_clip=3``).
+
+Every algorithm has its own section class with the defaults of ``docs/algorithms.md``; the
+``algo.name`` field selects it. Unknown fields are errors, and every error names its field and,
+for a choice, the allowed values, before any work starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+AggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+KLKind = Literal["k1", "k2", "k3"]
+
+
+class ConfigError(ValueError):
+    """A configuration problem, reported as one line per bad field."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Algorithms. Shared policy-loss switches first, then one class per algorithm.
+# --------------------------------------------------------------------------------------------
+
+
+class PolicyLossConfig(Section):
+    clip_low: float = Field(0.2, ge=0.0, lt=1.0)
+    clip_high: float = Field(0.28, ge=0.0)
+    #: dual-clip constant c (> 1) for negative advantages; null disables it
+    dual_clip: float | None = None
+    #: truncated importance-sampling cap against the rollout log-probs; null disables TIS
+    tis_cap: float | None = None
+    agg: AggMode = "token-mean"
+    #: Dr.GRPO's constant length for ``seq-mean-token-sum-norm`` (null: the longest response)
+    norm_length: int | None = None
+    kl_coef: float = Field(0.0, ge=0.0)
+    kl_estimator: KLKind = "k3"
+    entropy_coef: float = Field(0.0, ge=0.0)
+    #: PPO epochs over each learner batch, and mini-batches (optimiser steps) per epoch
+    epochs: int = Field(1, ge=1)
+    mini_batches: int = Field(1, ge=1)
+
+    @field_validator("dual_clip")
+    @classmethod
+    def _dual_clip_above_one(cls, value: float | None) -> float | None:
+        if value is not None and value <= 1.0:
+            raise ValueError("must be > 1; use null to disable dual-clip")
+        return value
+
+    @field_validator("tis_cap")
+    @classmethod
+    def _tis_cap_positive(cls, value: float | None) -> float | None:
+        if value is not None and value <= 0.0:
+            raise ValueError("must be > 0; use null to disable TIS")
+        return value
+
+
+class SPOConfig(PolicyLossConfig):
+    """SPO: KL-adaptive Beta tracker, trajectory whitening, dual-clip c=10 (algorithms.md s4)."""
+
+    name: Literal["spo"] = "spo"
+    dual_clip: float | None = 10.0
+    norm_measure: Literal["traj", "token"] = "traj"
+    rho_min: float = Field(0.875, gt=0.0, lt=1.0)
+    rho_max: float = Field(0.96, gt=0.0, lt=1.0)
+    d_half: float = Field(0.06, gt=0.0)
+    #: offline initialisation: rollouts per prompt under the initial policy (0 = unseen prior)
+    offline_samples: int = Field(0, ge=0)
+    sampler_eps: float = Field(0.05, ge=0.0)
+    sampler_gamma: float = Field(0.0, ge=0.0)
+
+    @model_validator(mode="after")
+    def _rho_order(self) -> SPOConfig:
+        if self.rho_min > self.rho_max:
+            raise ValueError(f"rho_min ({self.rho_min}) must be <= rho_max ({self.rho_max})")
+        return self
+
+
+class SPOPlusPlusConfig(PolicyLossConfig):
+    """SPO++: event-time memory, token-measure normalisation, dual-clip c=2, TIS<=2 (s5)."""
+
+    name: Literal["spo++"] = "spo++"
+    dual_clip: float | None = 2.0
+    tis_cap: float | None = 2.0
+    norm_measure: Literal["token", "traj"] = "token"
+    #: "event_time" freezes baselines at dispatch (SPO++); "receipt" reads them when the learner
+    #: receives the result and absorbs evidence in receipt order (the ablation "minus event-time memory")
+    memory: Literal["event_time", "receipt"] = "event_time"
+    retention: float = Field(0.875, gt=0.0, lt=1.0)
+    offline_samples: int = Field(0, ge=0)
+    sampler_eps: float = Field(0.05, ge=0.0)
+    sampler_gamma: float = Field(0.0, ge=0.0)
+
+
+class GRPOConfig(PolicyLossConfig):
+    """GRPO / Dr.GRPO: synchronous groups, group-relative advantages (s2)."""
+
+    name: Literal["grpo"] = "grpo"
+    clip_high: float = Field(0.2, ge=0.0)
+    group_size: int = Field(8, ge=2)
+    #: false = Dr.GRPO (no std division; pair it with agg: seq-mean-token-sum-norm)
+    scale_by_std: bool = True
+
+
+class ValueConfig(PolicyLossConfig):
+    """Turn-level GAE settings shared by PPO (separate critic) and SAPO (value tokens)."""
+
+    clip_high: float = Field(0.2, ge=0.0)
+    gamma: float = Field(0.99, ge=0.0, le=1.0)
+    lam: float = Field(0.95, ge=0.0, le=1.0)
+    value_clip: float = Field(0.5, gt=0.0)
+    truncation: Literal["terminal", "bootstrap"] = "terminal"
+
+
+class PPOConfig(ValueConfig):
+    """PPO with a separate critic model and turn-level GAE (s3)."""
+
+    name: Literal["ppo"] = "ppo"
+    critic_lr: float = Field(1e-5, gt=0.0)
+    critic_warmup: int = Field(0, ge=0)
+    norm_measure: Literal["turn", "token", "none"] = "turn"
+
+
+class SAPOConfig(ValueConfig):
+    """SAPO: one model is policy, V and Q via two reserved value tokens (s6)."""
+
+    name: Literal["sapo"] = "sapo"
+    kl_coef: float = Field(0.01, ge=0.0)
+    value_coef: float = Field(0.5, ge=0.0)
+    q_coef: float = Field(0.5, ge=0.0)
+    entropy_coef: float = Field(0.001, ge=0.0)
+    value_tau: float = Field(1.0, gt=0.0)
+    value_squash: Literal["clip", "tanh"] = "clip"
+    #: subtracted from a turn's advantage when its action format was invalid (units of r_max)
+    invalid_penalty: float = Field(0.1, ge=0.0)
+    norm_measure: Literal["turn", "token"] = "turn"
+
+
+AlgoConfig = Annotated[
+    Union[SPOConfig, SPOPlusPlusConfig, GRPOConfig, PPOConfig, SAPOConfig],
+    Field(discriminator="name"),
+]
+ALGORITHMS = ("spo", "spo++", "grpo", "ppo", "sapo")
+
+
+# --------------------------------------------------------------------------------------------
+# Everything else.
+# --------------------------------------------------------------------------------------------
+
+
+class LoraConfig(Section):
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+
+class ModelConfig(Section):
+    #: "tiny", "smollm2-135m", or a local Hugging Face model folder
+    spec: str = "tiny"
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    device: str = "cpu"
+    threads: int | None = Field(None, ge=1)
+    lora: LoraConfig | None = None
+    #: config overrides for built-in specs, e.g. {hidden_size: 128, num_hidden_layers: 2}
+    overrides: dict[str, Any] = {}
+    #: start from these weights (an SFT output or checkpoint model folder) instead of the spec's
+    init_from: str | None = None
+
+
+class EnvConfig(Section):
+    name: str = "alfworld_lite"
+    options: dict[str, Any] = {}
+    #: options for the environment's prompt builder and action parser
+    prompt: dict[str, Any] = {}
+    parser: dict[str, Any] = {}
+    #: the training prompt pool: the first N task ids of the train split
+    train_tasks: int = Field(256, ge=1)
+    #: evaluation split (null: the environment's own default) and how many of its tasks to use
+    eval_split: str | None = None
+    eval_tasks: int | None = Field(None, ge=1)
+
+
+class RolloutConfig(Section):
+    concurrency: int = Field(32, ge=1)
+    layout: Literal["per_step", "full_history"] = "per_step"
+    max_turns: int | None = Field(None, ge=1)
+    max_new_tokens: int = Field(48, ge=1)
+    max_context_tokens: int = Field(2048, ge=16)
+    temperature: float = Field(1.0, gt=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_staleness: int = Field(4, ge=0)
+    step_timeout_s: float = Field(60.0, gt=0.0)
+
+
+class RewardConfig(Section):
+    scale: float = Field(1.0, gt=0.0)
+    #: subtracted from the outcome once per turn whose action format was invalid
+    invalid_format_penalty: float = Field(0.0, ge=0.0)
+
+
+class OptimConfig(Section):
+    lr: float = Field(1e-6, gt=0.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = Field(1.0, gt=0.0)
+    #: sequences per forward/backward; losses use global denominators across micro-batches
+    micro_batch_size: int = Field(8, ge=1)
+
+
+class TrainConfig(Section):
+    steps: int = Field(50, ge=0)
+    #: trajectories per learner step
+    batch_size: int = Field(32, ge=1)
+    seed: int = 0
+    eval_every: int = Field(0, ge=0)
+    eval_at_start: bool = True
+    checkpoint_every: int = Field(10, ge=0)
+    keep_checkpoints: int = Field(2, ge=1)
+    #: learner micro-batch and reference-model switch
+    reference_model: bool = False
+
+
+class SFTConfig(Section):
+    #: "expert" (privileged planner), "search_expert", or a JSONL file of demonstrations
+    source: str = "search_expert"
+    demos: int = Field(200, ge=0)
+    epochs: int = Field(2, ge=1)
+    lr: float = Field(1e-3, gt=0.0)
+    batch_size: int = Field(16, ge=1)
+    #: drop a demo when it fails (demonstrations should be successes)
+    only_successes: bool = True
+
+
+class EvalConfig(Section):
+    temperature: float = Field(1.0, gt=0.0)
+    greedy: bool = False
+    concurrency: int | None = Field(None, ge=1)
+
+
+class LoggingConfig(Section):
+    progress: bool = True
+    tensorboard: bool = True
+    wandb_project: str | None = None
+    mlflow_experiment: str | None = None
+
+
+class Config(Section):
+    model: ModelConfig = ModelConfig()
+    env: EnvConfig = EnvConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    algo: AlgoConfig = SPOPlusPlusConfig()
+    reward: RewardConfig = RewardConfig()
+    optim: OptimConfig = OptimConfig()
+    train: TrainConfig = TrainConfig()
+    sft: SFTConfig = SFTConfig()
+    eval: EvalConfig = EvalConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+    @model_validator(mode="after")
+    def _group_fits_batch(self) -> Config:
+        if isinstance(self.algo, GRPOConfig) and self.train.batch_size % self.algo.group_size:
+            raise ValueError(
+                f"train.batch_size ({self.train.batch_size}) must be a multiple of "
+                f"algo.group_size ({self.algo.group_size})"
+            )
+        return self
+
+
+# --------------------------------------------------------------------------------------------
+# Loading: YAML file(s) + dotted overrides -> validated Config.
+# --------------------------------------------------------------------------------------------
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"a.b.c=value"`` -> (["a", "b", "c"], parsed YAML value)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like section.field=value")
+    key, raw = text.split("=", 1)
+    path = [part for part in key.strip().split(".") if part]
+    if not path:
+        raise ConfigError(f"override {text!r} has an empty field name")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {key}: cannot parse value {raw!r}: {exc}") from exc
+    return path, value
+
+
+def _set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    node = tree
+    for part in path[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {'.'.join(path)}: {part} is not a section")
+        node = child
+    node[path[-1]] = value
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """One line per problem: ``algo.dual_clip: must be > 1 (got 0.5)``."""
+    lines = []
+    for err in exc.errors():
+        # drop the union tag pydantic inserts for the discriminated algo section
+        loc = [str(part) for part in err["loc"] if str(part) not in ALGORITHMS]
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "unknown field"
+        got = err.get("input")
+        shown = "" if err["type"] in ("extra_forbidden", "missing") or isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"{'.'.join(loc) or 'config'}: {message}{shown}")
+    return "; ".join(lines)
+
+
+def load_config(
+    paths: list[str | Path] | str | Path | None = None,
+    overrides: list[str] | None = None,
+    *,
+    algo: str | None = None,
+) -> Config:
+    """Merge YAML files (later wins), then ``overrides``, then ``algo``; validate everything."""
+    tree: dict[str, Any] = {}
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    for path in paths or []:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping of sections")
+        _deep_merge(tree, loaded)
+    for text in overrides or []:
+        path_parts, value = parse_override(text)
+        _set_path(tree, path_parts, value)
+    if algo is not None:
+        if algo not in ALGORITHMS:
+            raise ConfigError(f"--algo: unknown algorithm {algo!r} (allowed: {', '.join(ALGORITHMS)})")
+        section = tree.setdefault("algo", {})
+        if not isinstance(section, dict):
+            raise ConfigError("algo must be a section")
+        if section.get("name") not in (None, algo):
+            # switching algorithm: keep only the fields the new algorithm also has
+            allowed = _algo_fields(algo)
+            tree["algo"] = {k: v for k, v in section.items() if k in allowed}
+        tree["algo"]["name"] = algo
+    if isinstance(tree.get("algo"), dict):
+        tree["algo"].setdefault("name", "spo++")
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc)) from None
+
+
+def _algo_fields(name: str) -> set[str]:
+    cls = {"spo": SPOConfig, "spo++": SPOPlusPlusConfig, "grpo": GRPOConfig, "ppo": PPOConfig, "sapo": SAPOConfig}[name]
+    return set(cls.model_fields)
+
+
+def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> None:
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _deep_merge(base[key], value)
+        else:
+            base[key] = value
+
+
+def config_to_yaml(config: Config) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
