@@ -1,0 +1,143 @@
+"""Log-probabilities and entropy over the *action* vocabulary (spec §6.1).
+
+SAPO reserves two token ids (``w+``, ``w-``) for its value readout. The policy must never sample
+them, so every policy distribution is normalised over the vocabulary without them:
+``log pi(a | c) = z_a - logsumexp_{w not excluded} z_w``. Excluded logits receive exactly zero
+gradient from these terms. With no excluded ids this is the ordinary softmax policy.
+
+Memory: logits ``[B, T, V]`` are large (V ~ 150k). Instead of a full ``log_softmax`` (one more
+``[B, T, V]`` tensor saved for backward, plus masked copies), the log-normaliser is computed in row
+chunks by a custom autograd function that saves only the logits it was given and one scalar per
+position; the backward pass writes the single ``[B, T, V]`` gradient chunk by chunk.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import torch
+
+from streamrl.algos import _checks
+
+# Rows per chunk are chosen so a float32 temporary stays near 2**24 elements (64 MiB).
+_CHUNK_ELEMENTS = 1 << 24
+
+
+def _compute_dtype(logits: torch.Tensor) -> torch.dtype:
+    return torch.promote_types(logits.dtype, torch.float32)
+
+
+def _row_chunks(rows: int, vocab: int) -> Iterator[slice]:
+    step = max(1, _CHUNK_ELEMENTS // max(vocab, 1))
+    for start in range(0, rows, step):
+        yield slice(start, min(start + step, rows))
+
+
+def _excluded_tensor(excluded_ids: Sequence[int], vocab: int, device: torch.device) -> torch.Tensor:
+    ids = torch.as_tensor(list(excluded_ids), dtype=torch.long, device=device)
+    if ids.numel() and (bool((ids < 0).any()) or bool((ids >= vocab).any())):
+        raise ValueError(f"excluded_ids must lie in [0, {vocab - 1}], got {list(excluded_ids)}")
+    return ids
+
+
+def mask_excluded_logits(logits: torch.Tensor, excluded_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
+    """A copy of ``logits`` ``[..., V]`` with the excluded ids set to ``-inf`` (what a sampler uses)."""
+    ids = excluded_ids if isinstance(excluded_ids, torch.Tensor) else _excluded_tensor(
+        excluded_ids, logits.shape[-1], logits.device
+    )
+    return logits.index_fill(-1, ids, float("-inf"))
+
+
+class _ActionLogNormaliser(torch.autograd.Function):
+    """``[N, V]`` logits -> ``[N]`` logsumexp over the non-excluded ids."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, excluded: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        dtype = _compute_dtype(logits)
+        out = torch.empty(logits.shape[0], dtype=dtype, device=logits.device)
+        for rows in _row_chunks(*logits.shape):
+            out[rows] = torch.logsumexp(mask_excluded_logits(logits[rows].to(dtype), excluded), dim=-1)
+        ctx.save_for_backward(logits, excluded, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
+        logits, excluded, lse = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        for rows in _row_chunks(*logits.shape):
+            probs = (mask_excluded_logits(logits[rows].to(lse.dtype), excluded) - lse[rows, None]).exp()
+            grad[rows] = (grad_out[rows, None] * probs).to(grad.dtype)
+        return grad, None
+
+
+class _ActionEntropy(torch.autograd.Function):
+    """``[N, V]`` logits -> ``[N]`` entropy of the softmax over the non-excluded ids.
+
+    ``H = lse - E_p[z]`` and ``dH/dz_k = -p_k (z_k - E_p[z])`` (zero where ``p_k = 0``).
+    """
+
+    @staticmethod
+    def _probs_and_logits(chunk: torch.Tensor, excluded: torch.Tensor, lse: torch.Tensor):
+        probs = (mask_excluded_logits(chunk, excluded) - lse[:, None]).exp()
+        # where p == 0 (excluded or -inf logits) the product is defined as 0, never 0 * inf
+        weighted = torch.where(probs > 0, probs * chunk, torch.zeros_like(chunk))
+        return probs, weighted
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, excluded: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        dtype = _compute_dtype(logits)
+        lse = torch.empty(logits.shape[0], dtype=dtype, device=logits.device)
+        mean_logit = torch.empty_like(lse)
+        for rows in _row_chunks(*logits.shape):
+            chunk = logits[rows].to(dtype)
+            lse[rows] = torch.logsumexp(mask_excluded_logits(chunk, excluded), dim=-1)
+            mean_logit[rows] = _ActionEntropy._probs_and_logits(chunk, excluded, lse[rows])[1].sum(-1)
+        ctx.save_for_backward(logits, excluded, lse, mean_logit)
+        return lse - mean_logit
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
+        logits, excluded, lse, mean_logit = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        for rows in _row_chunks(*logits.shape):
+            chunk = logits[rows].to(lse.dtype)
+            probs, weighted = _ActionEntropy._probs_and_logits(chunk, excluded, lse[rows])
+            # -p (z - E[z]), written as p E[z] - p z so that p == 0 gives exactly 0
+            local = probs * mean_logit[rows, None] - weighted
+            grad[rows] = (grad_out[rows, None] * local).to(grad.dtype)
+        return grad, None
+
+
+def action_log_probs(
+    logits: torch.Tensor, tokens: torch.Tensor, excluded_ids: Sequence[int] = ()
+) -> torch.Tensor:
+    """``log pi(token | prefix)`` normalised over the action vocabulary.
+
+    Args:
+        logits: ``[B, T, V]`` (any leading shape) LM-head logits; ``logits[b, t]`` predicts ``tokens[b, t]``.
+        tokens: ``[B, T]`` token ids in ``[0, V)``. Pad masked positions with any action id.
+        excluded_ids: ids outside the action vocabulary (SAPO's value tokens).
+    Returns:
+        ``[B, T]`` log-probs in float32 (float64 for float64 logits).
+    Raises:
+        ValueError: a token id is out of range or is one of the excluded ids.
+    """
+    if tokens.shape != logits.shape[:-1]:
+        raise ValueError(f"tokens has shape {tuple(tokens.shape)} but logits has {tuple(logits.shape)}")
+    vocab = logits.shape[-1]
+    excluded = _excluded_tensor(excluded_ids, vocab, logits.device)
+    if tokens.numel() and (bool((tokens < 0).any()) or bool((tokens >= vocab).any())):
+        raise ValueError(f"tokens must lie in [0, {vocab - 1}]")
+    if excluded.numel() and bool(torch.isin(tokens, excluded).any()):
+        raise ValueError(f"tokens contain excluded ids {excluded.tolist()} (value tokens must never be actions)")
+    flat = logits.reshape(-1, vocab)
+    lse = _ActionLogNormaliser.apply(flat, excluded)
+    picked = flat.gather(1, tokens.reshape(-1, 1).long()).squeeze(1).to(lse.dtype)
+    return (picked - lse).reshape(tokens.shape)
+
+
+def entropy(logits: torch.Tensor, excluded_ids: Sequence[int] = ()) -> torch.Tensor:
+    """Entropy of the action-vocabulary policy at each position: ``[B, T, V]`` -> ``[B, T]``."""
+    vocab = logits.shape[-1]
+    excluded = _excluded_tensor(excluded_ids, vocab, logits.device)
+    return _ActionEntropy.apply(logits.reshape(-1, vocab), excluded).reshape(logits.shape[:-1])
