@@ -1,0 +1,288 @@
+"""One episode, start to finish: reset, prompt, generate, parse, step, repeat.
+
+``EpisodeRunner.run`` never raises for a fault of the environment, the engine or the parser: it
+returns a ``Trajectory`` whose ``end_reason`` says what happened (only cancellation propagates).
+Each turn records the policy version of the weights that generated it; when the trainer swaps
+weights between two turns, the trajectory straddles versions and says so turn by turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Awaitable, TypeVar
+
+from streamrl.envs.base import ActionParser, AsyncEnv, PromptBuilder, StepResult
+from streamrl.policy.api import ChatCodec, GenerationRequest, GenerationResult, InferenceEngine, SamplingParams
+from streamrl.rollout.context import bridge_ids, opening_ids, step_prompt_ids
+from streamrl.rollout.trajectory import (
+    LAYOUTS,
+    OUTCOME_END_REASONS,
+    DispatchRecord,
+    EndReason,
+    Layout,
+    Trajectory,
+    Turn,
+)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class EpisodeSettings:
+    """How episodes are played; every field is checked on construction."""
+
+    layout: Layout = "full_history"
+    #: the end-of-turn id of the codec is added to ``stop_token_ids`` automatically
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    #: turn cap; None uses the environment's ``spec.max_steps``
+    max_turns: int | None = None
+    #: full history: end the episode ("context_limit") before a turn that might not fit;
+    #: per step: left-truncate prompts to ``max_context_tokens - max_new_tokens``
+    max_context_tokens: int | None = None
+    #: per call to reset/step; a call that overruns ends the episode with "env_timeout"
+    env_timeout_s: float | None = 60.0
+    #: per generate call; an overrun ends the episode with "engine_timeout"
+    generate_timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"EpisodeSettings.layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ValueError(f"EpisodeSettings.max_turns must be >= 1, got {self.max_turns}")
+        if self.sampling.max_new_tokens < 1:
+            raise ValueError(f"EpisodeSettings.sampling.max_new_tokens must be >= 1, got {self.sampling.max_new_tokens}")
+        if self.max_context_tokens is not None and self.max_context_tokens <= self.sampling.max_new_tokens:
+            raise ValueError(
+                f"EpisodeSettings.max_context_tokens ({self.max_context_tokens}) must exceed "
+                f"sampling.max_new_tokens ({self.sampling.max_new_tokens})"
+            )
+        for name in ("env_timeout_s", "generate_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"EpisodeSettings.{name} must be > 0 or None, got {value}")
+
+    @property
+    def max_prompt_tokens(self) -> int | None:
+        """The longest prompt that leaves room for a full generation."""
+        if self.max_context_tokens is None:
+            return None
+        return self.max_context_tokens - self.sampling.max_new_tokens
+
+
+class _EpisodeEnded(Exception):
+    def __init__(self, reason: EndReason, message: str | None = None):
+        super().__init__(message or reason)
+        self.reason = reason
+        self.message = message
+
+
+class _TimedOut(Exception):
+    pass
+
+
+async def _bounded(awaitable: Awaitable[T], timeout: float | None) -> T:
+    """Await with a timeout that raises ``_TimedOut``, distinct from a ``TimeoutError`` raised
+    by the awaited call itself (a tool may raise its own)."""
+    if timeout is None:
+        return await awaitable
+    task = asyncio.ensure_future(awaitable)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    finally:
+        if not task.done():
+            task.cancel()
+    if not done:
+        raise _TimedOut
+    return task.result()
+
+
+class EpisodeRunner:
+    """Plays episodes against one engine with one parser, prompt builder and codec."""
+
+    def __init__(
+        self,
+        engine: InferenceEngine,
+        codec: ChatCodec,
+        parser: ActionParser,
+        prompt_builder: PromptBuilder,
+        settings: EpisodeSettings | None = None,
+    ):
+        self.engine = engine
+        self.codec = codec
+        self.parser = parser
+        self.prompt_builder = prompt_builder
+        self.settings = settings or EpisodeSettings()
+        sampling = self.settings.sampling
+        end = codec.end_of_turn_id
+        if end not in sampling.stop_token_ids:
+            sampling = replace(sampling, stop_token_ids=(*sampling.stop_token_ids, end))
+        self._sampling = sampling
+
+    async def run(self, env: AsyncEnv, record: DispatchRecord) -> Trajectory:
+        """Play one episode of task ``record.prompt_id``; faults end it with an ``end_reason``."""
+        trajectory = Trajectory(dispatch=record, layout=self.settings.layout)
+        started = time.monotonic()
+        try:
+            await self._play(env, trajectory)
+        except _EpisodeEnded as ended:
+            trajectory.end_reason = ended.reason
+            trajectory.error = ended.message
+        trajectory.outcome = sum(trajectory.rewards) if trajectory.end_reason in OUTCOME_END_REASONS else None
+        trajectory.finished_at = time.time()
+        trajectory.duration_s = time.monotonic() - started
+        return trajectory
+
+    # -- the turn loop ---------------------------------------------------------------------
+
+    async def _play(self, env: AsyncEnv, trajectory: Trajectory) -> None:
+        record = trajectory.dispatch
+        reset = await self._env_call(env.reset(seed=record.env_seed, task_id=record.prompt_id), "reset")
+        if not (isinstance(reset, tuple) and len(reset) == 2 and isinstance(reset[0], str) and isinstance(reset[1], dict)):
+            raise _EpisodeEnded("env_error", f"env.reset returned {type(reset).__name__}, not (str, dict)")
+        observation, info = reset
+        trajectory.initial_observation = observation
+        trajectory.info = dict(info)
+        trajectory.task_type = info.get("task_type")
+        max_turns = self.settings.max_turns or env.spec.max_steps
+        full_history = self.settings.layout == "full_history"
+        limit = self.settings.max_context_tokens
+        transcript: list[int] = []
+        history: list[tuple[str, str]] = []
+        prompt_truncated = False
+        context = self._built(lambda: opening_ids(self.codec, self.prompt_builder, observation, info)) if full_history else []
+
+        for index in range(max_turns):
+            if full_history:
+                if limit is not None and len(transcript) + len(context) + self._sampling.max_new_tokens > limit:
+                    self._keep_trailing(trajectory, transcript, context)
+                    raise _EpisodeEnded("context_limit")
+                prompt = transcript + context
+            else:
+                context, prompt_truncated = self._built(
+                    lambda: step_prompt_ids(
+                        self.codec,
+                        self.prompt_builder,
+                        trajectory.initial_observation,
+                        history,
+                        observation,
+                        info,
+                        self.settings.max_prompt_tokens,
+                    )
+                )
+                prompt = context
+            result = await self._generate(f"{record.request_id}:{index}", prompt)
+            text = result.text or (self.codec.decode(result.token_ids) if result.token_ids else "")
+            try:
+                parsed = self.parser.parse(text)
+            except Exception as error:
+                raise _EpisodeEnded("parser_error", f"parser raised {type(error).__name__}: {error}") from None
+            step = await self._env_call(env.step(parsed.action), "step")
+            if not isinstance(step, StepResult) or not isinstance(step.info, dict):
+                raise _EpisodeEnded("env_error", f"env.step returned {type(step).__name__}, not StepResult")
+            info = {**step.info, "format_valid": parsed.format_valid}
+            trajectory.turns.append(
+                Turn(
+                    context_ids=context,
+                    action_ids=list(result.token_ids),
+                    logprobs=[float(lp) for lp in result.logprobs],
+                    action_text=text,
+                    action=parsed.action,
+                    format_valid=parsed.format_valid,
+                    action_effective=bool(info.get("action_effective", True)),
+                    reward=float(step.reward),
+                    done=bool(step.terminated),
+                    finish_reason=result.finish_reason,
+                    policy_version=result.policy_version,
+                    observation=step.observation,
+                    info=info,
+                    prompt_truncated=prompt_truncated,
+                )
+            )
+            trajectory.info = info
+            trajectory.won = bool(info.get("won", False))
+            if full_history:
+                transcript.extend(context)
+                transcript.extend(result.token_ids)
+            history.append((observation, parsed.action))
+            observation = step.observation
+            if full_history and not step.terminated:
+                action_ids = list(result.token_ids)
+                context = self._built(
+                    lambda: bridge_ids(self.codec, self.prompt_builder, action_ids, observation, info)
+                )
+            if step.terminated:
+                trajectory.end_reason = "terminated"
+                return
+            if step.truncated:
+                trajectory.end_reason = "truncated"
+                self._keep_trailing(trajectory, transcript, context)
+                return
+        trajectory.end_reason = "max_turns"
+        self._keep_trailing(trajectory, transcript, context)
+
+    def _keep_trailing(self, trajectory: Trajectory, transcript: list[int], context: list[int]) -> None:
+        """Full history, cut episode: keep the next context (mask 0) when it fits the window."""
+        if self.settings.layout != "full_history" or not trajectory.turns:
+            return
+        limit = self.settings.max_context_tokens
+        if limit is None or len(transcript) + len(context) <= limit:
+            trajectory.trailing_context_ids = list(context)
+
+    # -- calls that may fail ---------------------------------------------------------------
+
+    @staticmethod
+    def _built(build: Any) -> Any:
+        """Run prompt-building code (the environment's prompt builder); its faults are env faults."""
+        try:
+            return build()
+        except Exception as error:
+            raise _EpisodeEnded("env_error", f"prompt builder raised {type(error).__name__}: {error}") from None
+
+    async def _env_call(self, call: Awaitable[T], what: str) -> T:
+        try:
+            return await _bounded(call, self.settings.env_timeout_s)
+        except _TimedOut:
+            raise _EpisodeEnded("env_timeout", f"env.{what} did not return within {self.settings.env_timeout_s} s") from None
+        except Exception as error:
+            raise _EpisodeEnded("env_error", f"env.{what} raised {type(error).__name__}: {error}") from None
+
+    async def _generate(self, request_id: str, prompt_ids: list[int]) -> GenerationResult:
+        request = GenerationRequest(request_id=request_id, prompt_ids=prompt_ids, sampling=self._sampling)
+        try:
+            result = await _bounded(self.engine.generate(request), self.settings.generate_timeout_s)
+        except _TimedOut:
+            raise _EpisodeEnded(
+                "engine_timeout", f"generate did not return within {self.settings.generate_timeout_s} s"
+            ) from None
+        except Exception as error:
+            raise _EpisodeEnded("engine_error", f"generate raised {type(error).__name__}: {error}") from None
+        problem = _malformed(result, self._sampling.max_new_tokens)
+        if problem:
+            raise _EpisodeEnded("engine_error", problem)
+        if result.finish_reason == "abort":
+            raise _EpisodeEnded("engine_abort", result.error)
+        return result
+
+
+def _malformed(result: Any, max_new_tokens: int) -> str | None:
+    """Why an engine result cannot be trained on, or None when it is sound."""
+    if not isinstance(result, GenerationResult):
+        return f"generate returned {type(result).__name__}, not GenerationResult"
+    if result.finish_reason == "error" or (result.error is not None and result.finish_reason != "abort"):
+        return f"engine reported an error: {result.error or 'finish_reason=error'}"
+    if result.finish_reason not in ("stop", "length", "abort"):
+        return f"unknown finish_reason {result.finish_reason!r}"
+    if len(result.token_ids) != len(result.logprobs):
+        return f"{len(result.token_ids)} token ids but {len(result.logprobs)} logprobs"
+    if len(result.token_ids) > max_new_tokens:
+        return f"{len(result.token_ids)} tokens exceed max_new_tokens={max_new_tokens}"
+    if not all(isinstance(token, int) and token >= 0 for token in result.token_ids):
+        return "token ids must be non-negative ints"
+    if not all(math.isfinite(lp) and lp <= 1e-6 for lp in result.logprobs):
+        return "logprobs must be finite and <= 0"
+    if not isinstance(result.policy_version, int):
+        return f"policy_version must be an int, got {result.policy_version!r}"
+    return None

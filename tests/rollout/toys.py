@@ -1,0 +1,97 @@
+"""Small in-test environment, parser and prompt builder for rollout tests (pure Python)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from streamrl.envs.base import ActionParser, Env, EnvSpec, ParsedAction, PromptBuilder, StepResult
+
+
+class ToyEnv(Env):
+    """Task ``"<name>:<turns>"`` ends after ``turns`` steps with reward 1 if every action was
+    ``"ok"`` (0 otherwise). Each step says ``obs <n>``; ``step_delay_s`` sleeps in the thread.
+
+    Faults for tests: ``raise_on`` = {"reset"} or {"step"}; ``hang_on_step`` blocks the step until
+    ``close`` is called (or ``hang_limit_s`` passes), as a hung tool would.
+    """
+
+    spec = EnvSpec(name="toy", max_steps=20)
+
+    def __init__(self, *, step_delay_s: float = 0.0, raise_on: set[str] | None = None,
+                 hang_on_step: int | None = None, hang_limit_s: float = 30.0, truncate_at: int | None = None):
+        self.step_delay_s = step_delay_s
+        self.raise_on = raise_on or set()
+        self.hang_on_step = hang_on_step
+        self.hang_limit_s = hang_limit_s
+        self.truncate_at = truncate_at
+        self._released = threading.Event()
+        self.closed = False
+        self.turns = 0
+        self.step_count = 0
+        self.all_ok = True
+
+    def reset(self, seed: int | None = None, task_id: str | None = None, options: dict[str, Any] | None = None):
+        if "reset" in self.raise_on:
+            raise RuntimeError("reset exploded")
+        name, _, turns = (task_id or "t:2").partition(":")
+        self.turns = int(turns or 2)
+        self.step_count = 0
+        self.all_ok = True
+        return f"start {name}", {"won": False, "task_type": "toy", "task_id": task_id, "step": 0}
+
+    def step(self, action: str) -> StepResult:
+        if "step" in self.raise_on:
+            raise RuntimeError("step exploded")
+        self.step_count += 1
+        if self.hang_on_step == self.step_count:
+            self._released.wait(self.hang_limit_s)
+        if self.step_delay_s:
+            time.sleep(self.step_delay_s)
+        self.all_ok &= action == "ok"
+        done = self.step_count >= self.turns
+        won = done and self.all_ok
+        truncated = not done and self.truncate_at is not None and self.step_count >= self.truncate_at
+        info = {"won": won, "action_effective": action == "ok", "task_type": "toy", "step": self.step_count}
+        return StepResult(f"obs {self.step_count}", 1.0 if won else 0.0, done, truncated, info)
+
+    def close(self) -> None:
+        self.closed = True
+        self._released.set()
+
+
+class ToyParser(ActionParser):
+    """``<a>X</a>`` -> X; anything else is invalid and sends the raw tail."""
+
+    def parse(self, text: str) -> ParsedAction:
+        start, end = text.find("<a>"), text.find("</a>")
+        if start < 0 or end < start:
+            return ParsedAction(text[-8:], False, "no <a> tag")
+        return ParsedAction(text[start + 3 : end], True)
+
+
+class ToyPromptBuilder(PromptBuilder):
+    def __init__(self, history_length: int = 2):
+        self.history_length = history_length
+
+    def system_prompt(self) -> str | None:
+        return "Answer with <a>ok</a>."
+
+    def first_message(self, observation: str, info: dict[str, Any]) -> str:
+        return f"Task: {observation}"
+
+    def next_message(self, observation: str, info: dict[str, Any]) -> str:
+        return f"Now: {observation}"
+
+    def step_messages(self, initial_observation, history, observation, info):
+        recent = history[-self.history_length :] if self.history_length else []
+        lines = [f"[{o} -> {a}]" for o, a in recent]
+        return [
+            {"role": "system", "content": self.system_prompt()},
+            {"role": "user", "content": "\n".join([f"Task: {initial_observation}", *lines, f"Now: {observation}"])},
+        ]
+
+
+def ok_policy(prompt: str) -> str:
+    return "<a>ok</a>"
