@@ -1,0 +1,34 @@
+"""``streamrl.sandbox``: run model-written Python safely, without Docker.
+
+* ``run_python`` / ``arun_python``: a fresh interpreter per call (stateless, the default).
+* ``PythonSession``: one persistent interpreter per trajectory, with ``[state reset]`` on a
+  timeout or a crash.
+* ``isolation_level()``: the strongest isolation this machine allows; every result also
+  carries the level in force for it. See ``isolation.py`` for the levels and what each stops.
+
+Pure Python and standard library (plus the ``unshare``/``bwrap`` binaries when present); no
+other ``streamrl`` package is imported.
+"""
+
+from streamrl.sandbox.gate import max_concurrency, set_max_concurrency
+from streamrl.sandbox.isolation import LEVELS, Isolation, available_isolations, isolation_level, resolve_isolation
+from streamrl.sandbox.limits import SandboxLimits
+from streamrl.sandbox.result import SandboxResult, Status
+from streamrl.sandbox.runner import arun_python, run_python
+from streamrl.sandbox.session import PythonSession
+
+__all__ = [
+    "LEVELS",
+    "Isolation",
+    "PythonSession",
+    "SandboxLimits",
+    "SandboxResult",
+    "Status",
+    "arun_python",
+    "available_isolations",
+    "isolation_level",
+    "max_concurrency",
+    "resolve_isolation",
+    "run_python",
+    "set_max_concurrency",
+]

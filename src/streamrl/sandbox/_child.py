@@ -1,0 +1,340 @@
+"""The code that runs INSIDE the sandbox: ``python -I -B -c <this file's source> <config json>``.
+
+Standard library only: the sandboxed interpreter cannot see ``streamrl``. The module is also
+importable, so the parent reuses its frame codec and tests can exercise the helpers directly.
+
+Process layout inside the sandbox::
+
+    init (trusted, this file)  --fork-->  runner: rlimits, guards, then the model's code
+
+The init keeps only the status pipe. It waits for the runner, reaps orphans (it is PID 1 when a
+PID namespace is in force, so its exit takes every leftover process down with it) and writes one
+JSON line saying how the runner ended: its exit code or signal, and its CPU seconds. The parent
+learns the real cause of a death that way (``unshare`` loses the signal of its child).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import io
+import json
+import os
+import resource
+import struct
+import sys
+import time
+import traceback
+from typing import Any
+
+#: exit code of a runner whose code ended with an uncaught ``MemoryError``
+MEMORY_EXIT_CODE = 86
+#: exit code of a runner whose own bootstrap failed (a sandbox fault, not the model's)
+BOOTSTRAP_FAILURE_EXIT_CODE = 70
+#: the file (in the fresh working directory) a one-shot run reads its code from, then deletes
+CODE_FILE_NAME = ".sandbox_code.py"
+
+FRAME_HEADER = struct.Struct(">I")  # payload length, big-endian
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+
+_PROCESS_FUNCTIONS = (
+    "fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp",
+    "spawnl", "spawnle", "spawnlp", "spawnlpe", "spawnv", "spawnve", "spawnvp", "spawnvpe",
+    "execl", "execle", "execlp", "execlpe", "execv", "execve", "execvp", "execvpe",
+)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- framing
+def encode_frame(message: Any) -> bytes:
+    payload = json.dumps(message).encode("utf-8")
+    return FRAME_HEADER.pack(len(payload)) + payload
+
+
+def decode_payload(payload: bytes) -> Any:
+    return json.loads(payload.decode("utf-8"))
+
+
+def _read_exact(fd: int, size: int) -> bytes | None:
+    chunks, remaining = [], size
+    while remaining:
+        chunk = os.read(fd, remaining)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd: int) -> Any | None:
+    """Blocking read of one frame; None at end of file or on a malformed header."""
+    header = _read_exact(fd, FRAME_HEADER.size)
+    if header is None:
+        return None
+    (size,) = FRAME_HEADER.unpack(header)
+    if size > MAX_FRAME_BYTES:
+        return None
+    payload = _read_exact(fd, size)
+    return None if payload is None else decode_payload(payload)
+
+
+def write_frame(fd: int, message: Any) -> None:
+    data = memoryview(encode_frame(message))
+    while data:
+        written = os.write(fd, data)
+        data = data[written:]
+
+
+# ----------------------------------------------------------------------------- limits and guards
+def apply_limits(rlimits: dict[str, int]) -> None:
+    """Hard = soft, so the sandboxed code cannot raise any limit back."""
+    for name, value in rlimits.items():
+        resource.setrlimit(getattr(resource, name), (value, value))
+
+
+def _refuse_processes(*_args: Any, **_kwargs: Any) -> Any:
+    raise PermissionError("starting processes is disabled in this sandbox")
+
+
+class _RefusedPopen:
+    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
+        _refuse_processes()
+
+
+def _refuse_network(*_args: Any, **_kwargs: Any) -> Any:
+    raise PermissionError("network access is disabled in this sandbox")
+
+
+def _stub_network() -> None:
+    """Best-effort block where no network namespace is available (``_socket`` bypasses it)."""
+    import socket
+
+    internet = (socket.AF_INET, socket.AF_INET6)
+
+    class GuardedSocket(socket.socket):
+        def connect(self, address: Any) -> None:
+            if self.family in internet:
+                _refuse_network()
+            super().connect(address)
+
+        def connect_ex(self, address: Any) -> int:
+            if self.family in internet:
+                _refuse_network()
+            return super().connect_ex(address)
+
+        def bind(self, address: Any) -> None:
+            if self.family in internet:
+                _refuse_network()
+            super().bind(address)
+
+        def sendto(self, *args: Any) -> int:
+            if self.family in internet:
+                _refuse_network()
+            return super().sendto(*args)
+
+    socket.socket = GuardedSocket  # type: ignore[misc]
+    for name in ("create_connection", "create_server", "getaddrinfo", "gethostbyname", "gethostbyname_ex"):
+        setattr(socket, name, _refuse_network)
+
+
+def install_guards(stub_network: bool) -> None:
+    """Guards against accidental misuse (a determined program can bypass them through ``posix``
+    or ``ctypes``; the rlimits, namespaces and cgroup are the real walls)."""
+    for name in _PROCESS_FUNCTIONS:
+        if hasattr(os, name):
+            setattr(os, name, _refuse_processes)
+    import subprocess
+
+    subprocess.Popen = _RefusedPopen  # type: ignore[misc, assignment]
+    if stub_network:
+        _stub_network()
+
+
+# ----------------------------------------------------------------------------- running code
+def compile_cell(source: str, filename: str, echo_last_expr: bool) -> tuple[Any, Any | None]:
+    """Compile ``source``; with ``echo_last_expr`` a final bare expression is split off so its
+    value can be echoed (as in a notebook)."""
+    tree = ast.parse(source, filename, "exec")
+    last = None
+    if echo_last_expr and tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    body = compile(tree, filename, "exec")
+    return body, (compile(last, filename, "eval") if last is not None else None)
+
+
+def run_cell(source: str, namespace: dict[str, Any], filename: str, echo_last_expr: bool) -> BaseException | None:
+    """Execute one cell in ``namespace``; return the exception that ended it (None: success).
+
+    ``SystemExit`` with code 0/None counts as success.
+    """
+    try:
+        body, last = compile_cell(source, filename, echo_last_expr)
+        exec(body, namespace)
+        if last is not None:
+            value = eval(last, namespace)
+            if value is not None:
+                print(repr(value))
+    except SystemExit as exc:
+        return None if exc.code in (None, 0) else exc
+    except BaseException as exc:  # the model's code may raise anything, KeyboardInterrupt included
+        return exc
+    return None
+
+
+def error_line(exc: BaseException) -> str:
+    """The last traceback line: ``"ExceptionType: message"``."""
+    lines = traceback.format_exception_only(type(exc), exc)
+    return lines[-1].strip() if lines else type(exc).__name__
+
+
+def print_user_traceback(exc: BaseException, file: Any) -> None:
+    """Print the traceback without this module's own frames."""
+    tb = exc.__traceback__
+    own = run_cell.__code__.co_filename
+    while tb is not None and tb.tb_frame.f_code.co_filename == own:
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb, file=file)
+
+
+class CappedWriter(io.TextIOBase):
+    """A text stream that keeps the first ``cap`` characters and drops the rest."""
+
+    def __init__(self, cap: int):
+        super().__init__()
+        self._cap = cap
+        self._parts: list[str] = []
+        self._size = 0
+        self.overflow = False
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        room = self._cap - self._size
+        if room > 0:
+            kept = text[:room]
+            self._parts.append(kept)
+            self._size += len(kept)
+        if len(text) > max(room, 0):
+            self.overflow = True
+        return len(text)
+
+    def getvalue(self) -> str:
+        return "".join(self._parts)
+
+
+def _fresh_namespace() -> dict[str, Any]:
+    return {"__name__": "__main__", "__builtins__": builtins}
+
+
+def _exit_code_of(exc: BaseException | None) -> int:
+    if exc is None:
+        return 0
+    if isinstance(exc, MemoryError):
+        return MEMORY_EXIT_CODE
+    if isinstance(exc, SystemExit) and isinstance(exc.code, int):
+        return exc.code & 0xFF or 1
+    return 1
+
+
+def _run_once(config: dict[str, Any]) -> int:
+    with open(CODE_FILE_NAME, encoding="utf-8") as handle:
+        source = handle.read()
+    os.unlink(CODE_FILE_NAME)
+    exc = run_cell(source, _fresh_namespace(), "main.py", config["echo_last_expr"])
+    if exc is not None:
+        if isinstance(exc, SystemExit) and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+        else:
+            print_user_traceback(exc, sys.stderr)
+    return _exit_code_of(exc)
+
+
+def _serve_session(config: dict[str, Any]) -> int:
+    """Answer one frame per cell, on private copies of the pipes; the cell's own fd 0-2 point
+    at /dev/null (Python-level output is captured per cell)."""
+    requests, replies = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    namespace = _fresh_namespace()
+    cap = int(config["max_output_chars"])
+    cell_number = 0
+    while True:
+        request = read_frame(requests)
+        if request is None:
+            return 0  # the parent closed the session
+        cell_number += 1
+        out, err = CappedWriter(cap), CappedWriter(cap)
+        sys.stdout, sys.stderr = out, err
+        try:
+            exc = run_cell(request["code"], namespace, f"<cell {cell_number}>", bool(request.get("echo", True)))
+            if exc is not None:
+                print_user_traceback(exc, err)
+        finally:
+            sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        write_frame(
+            replies,
+            {
+                "stdout": out.getvalue(),
+                "stderr": err.getvalue(),
+                "truncated": out.overflow or err.overflow,
+                "error": None if exc is None else error_line(exc),
+                "memory": isinstance(exc, MemoryError),
+                "cpu_s": time.process_time(),
+            },
+        )
+
+
+def _runner(config: dict[str, Any]) -> int:
+    apply_limits(config["rlimits"])
+    install_guards(config["stub_network"])
+    if config["mode"] == "session":
+        return _serve_session(config)
+    return _run_once(config)
+
+
+def _flush_quietly() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed or full stream must not change the exit code
+            pass
+
+
+def _main() -> None:
+    config = json.loads(sys.argv[1])
+    status_fd = int(config["status_fd"])
+    runner = os.fork()
+    if runner == 0:
+        os.close(status_fd)
+        try:
+            code = _runner(config)
+        except BaseException:
+            traceback.print_exc()
+            code = BOOTSTRAP_FAILURE_EXIT_CODE
+        _flush_quietly()
+        os._exit(code)
+    # init: the runner alone holds the pipes, so the parent sees EOF as soon as it ends
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    while True:
+        try:
+            pid, status, usage = os.wait4(-1, 0)
+        except ChildProcessError:
+            os._exit(0)
+        if pid == runner:
+            break
+    report: dict[str, Any] = {"cpu_s": usage.ru_utime + usage.ru_stime}
+    if os.WIFSIGNALED(status):
+        report["signal"] = os.WTERMSIG(status)
+    else:
+        report["exit"] = os.WEXITSTATUS(status)
+    os.write(status_fd, (json.dumps(report) + "\n").encode())
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    _main()
