@@ -1,0 +1,115 @@
+"""Helpers shared by several environments: the ``<think>``/``<action>`` projection and ``EnvPool``.
+
+The projection follows verl-agent's: lowercase the model output, take the text between the first
+``<action>`` and the ``</action>`` after it; without both tags, send the last ``fallback_chars``
+characters (the environment then answers with its no-op) and flag the step invalid. A missing
+``<think>``/``</think>`` pair (when required) or any CJK character also flags it invalid.
+Admissibility is never checked here: the environment answers inadmissible commands itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from typing import Any
+
+from streamrl.envs.base import ActionParser, AsyncEnv, Env, ParsedAction, StepResult
+
+# CJK ideographs (and extension A, compatibility ideographs), kana and hangul syllables.
+_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+
+
+def contains_cjk(text: str) -> bool:
+    return _CJK.search(text) is not None
+
+
+def tagged_text(text: str, tag: str) -> str | None:
+    """The text between the first ``<tag>`` and the next ``</tag>``; None if either is missing."""
+    opening, closing = f"<{tag}>", f"</{tag}>"
+    start = text.find(opening)
+    if start < 0:
+        return None
+    end = text.find(closing, start + len(opening))
+    if end < 0:
+        return None
+    return text[start + len(opening) : end]
+
+
+def project_think_action(text: str, *, require_think: bool = True, fallback_chars: int = 30) -> ParsedAction:
+    """verl-agent's action projection (see the module docstring). Never raises."""
+    lowered = text.lower()
+    inner = tagged_text(lowered, "action")
+    if inner is None:
+        return ParsedAction(lowered[-fallback_chars:], False, "missing <action>...</action>")
+    action = inner.strip()
+    if not action:
+        return ParsedAction(action, False, "empty <action></action>")
+    if require_think and ("<think>" not in text or "</think>" not in text):
+        return ParsedAction(action, False, "missing <think>...</think>")
+    if contains_cjk(text):
+        return ParsedAction(action, False, "contains CJK characters")
+    return ParsedAction(action, True)
+
+
+class ThinkActionParser(ActionParser):
+    """``project_think_action`` as an ``ActionParser``.
+
+    ``require_think=False`` suits a tiny model fine-tuned to answer with the action tag alone.
+    ``fallback_chars`` is 30 for ALFWorld and 20 for WebShop in verl-agent.
+    """
+
+    def __init__(self, require_think: bool = True, fallback_chars: int = 30):
+        if fallback_chars < 0:
+            raise ValueError(f"fallback_chars must be >= 0, got {fallback_chars}")
+        self.require_think = require_think
+        self.fallback_chars = fallback_chars
+
+    def parse(self, text: str) -> ParsedAction:
+        return project_think_action(text, require_think=self.require_think, fallback_chars=self.fallback_chars)
+
+
+class EnvPool:
+    """``n`` environments stepped concurrently through ``AsyncEnv``.
+
+    Consecutive blocks of ``group_size`` environments share one task (the same ``task_id``), as
+    GRPO-style groups need. Finished environments are skipped by passing ``None`` as their action.
+    """
+
+    def __init__(
+        self,
+        make_env: Callable[[], Env],
+        n: int,
+        group_size: int = 1,
+        executor: Executor | None = None,
+    ):
+        if n < 1 or group_size < 1 or n % group_size:
+            raise ValueError(f"EnvPool needs n >= 1 divisible by group_size >= 1 (got n={n}, group_size={group_size})")
+        self.group_size = group_size
+        self.envs = [AsyncEnv(make_env(), executor) for _ in range(n)]
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.envs) // self.group_size
+
+    async def reset(self, task_ids: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+        """Reset every environment; ``task_ids`` has one id per group."""
+        if len(task_ids) != self.num_groups:
+            raise ValueError(f"EnvPool.reset needs {self.num_groups} task ids (one per group), got {len(task_ids)}")
+        return await asyncio.gather(
+            *(env.reset(task_id=task_ids[i // self.group_size]) for i, env in enumerate(self.envs))
+        )
+
+    async def step(self, actions: Sequence[str | None]) -> list[StepResult | None]:
+        """Step every environment whose action is not None; the others get None back."""
+        if len(actions) != len(self.envs):
+            raise ValueError(f"EnvPool.step needs {len(self.envs)} actions, got {len(actions)}")
+
+        async def one(env: AsyncEnv, action: str | None) -> StepResult | None:
+            return None if action is None else await env.step(action)
+
+        return await asyncio.gather(*(one(env, action) for env, action in zip(self.envs, actions)))
+
+    async def close(self) -> None:
+        await asyncio.gather(*(env.close() for env in self.envs))
