@@ -12,7 +12,7 @@ from streamrl.algos.event_tracker import EventTimeTracker, MemoryRead
 from streamrl.algos.gae import masked_gae, outcome_token_rewards, token_gae, turn_gae, turn_gae_batched
 from streamrl.algos.grpo import dr_grpo_advantages, grpo_advantages, grpo_group_stats
 from streamrl.algos.layout import broadcast_turns_to_tokens, gather_positions
-from streamrl.algos.losses import check_dual_clip, kl_estimate, ppo_policy_loss, tis_weights, value_loss
+from streamrl.algos.losses import check_dual_clip, clipped_surrogate, kl_estimate, ppo_policy_loss, tis_weights, value_loss
 from streamrl.algos.metrics import (
     PairedDifference,
     align_curves,
@@ -63,6 +63,7 @@ __all__ = [
     "align_curves",
     "broadcast_turns_to_tokens",
     "check_dual_clip",
+    "clipped_surrogate",
     "dr_grpo_advantages",
     "entropy",
     "final_reward",

@@ -38,6 +38,30 @@ def check_dual_clip(dual_clip: float | None) -> None:
         raise ValueError(f"dual_clip must be > 1 (or None to disable), got {dual_clip!r}")
 
 
+def clipped_surrogate(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    dual_clip: float | None = None,
+) -> torch.Tensor:
+    """Per-token PPO loss (§1.1, §1.2), any shape.
+
+    ``l = max(-A * ratio, -A * clip(ratio, 1 - clip_low, 1 + clip_high))``; with dual-clip ``c``,
+    ``l = min(l, -c * A)`` where ``A < 0`` (equivalently: tokens with ``A < 0`` and ``ratio > c``
+    are capped at ``c * |A|`` and pass no gradient).
+    """
+    if not (0.0 <= clip_low < 1.0) or clip_high < 0.0:
+        raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {clip_high}")
+    check_dual_clip(dual_clip)
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss = torch.maximum(unclipped, clipped)
+    if dual_clip is not None:
+        loss = torch.where(advantages < 0, torch.minimum(loss, -dual_clip * advantages), loss)
+    return loss
+
+
 @register_policy_loss("ppo")
 def ppo_policy_loss(
     logp: torch.Tensor,
@@ -55,9 +79,8 @@ def ppo_policy_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped surrogate with clip-higher, optional dual-clip and truncated IS.
 
-    Per token, with ``ratio = exp(logp - old_logp)`` and advantage ``A``:
-    ``l = max(-A * ratio, -A * clip(ratio, 1 - clip_low, 1 + clip_high))``; with dual-clip ``c``,
-    ``l = min(l, -c * A)`` where ``A < 0``; then ``l *= tis_weights``; then ``aggregate``.
+    Per token: ``l = clipped_surrogate(exp(logp - old_logp), A, ...)``, times ``tis_weights``,
+    reduced by ``aggregate``.
 
     Args:
         logp: ``[B, T]`` log-probs under the policy being trained (carries the gradient).
@@ -76,23 +99,12 @@ def ppo_policy_loss(
     if advantages.shape == logp.shape[:1]:
         advantages = advantages[:, None].expand_as(logp)
     _checks.same_shape("logp", logp, advantages=advantages)
-    if not (0.0 <= clip_low < 1.0) or clip_high < 0.0:
-        raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {clip_high}")
-    check_dual_clip(dual_clip)
-
     keep = mask.bool()
     adv = torch.where(keep, advantages.detach(), torch.zeros_like(advantages))
     # padding may hold -inf log-probs: neutralise it before exp() so no NaN reaches the gradient
     log_ratio = torch.where(keep, logp - old_logp.detach(), torch.zeros_like(logp))
     ratio = log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO).exp()
-    unclipped = -adv * ratio
-    clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    per_token = torch.maximum(unclipped, clipped)
-    dual_active = torch.zeros_like(keep)
-    if dual_clip is not None:
-        cap = -dual_clip * adv
-        dual_active = (adv < 0) & (per_token > cap)
-        per_token = torch.where(dual_active, cap, per_token)
+    per_token = clipped_surrogate(ratio, adv, clip_low, clip_high, dual_clip)
     if tis_weights is not None:
         per_token = per_token * torch.where(keep, tis_weights.detach(), torch.zeros_like(tis_weights))
     loss = aggregate(per_token, keep, agg, norm_length, global_tokens, global_seqs)
@@ -100,11 +112,12 @@ def ppo_policy_loss(
     with torch.no_grad():
         low = keep & (adv < 0) & (ratio < 1.0 - clip_low)
         high = keep & (adv > 0) & (ratio > 1.0 + clip_high)
+        dual = keep & (adv < 0) & (ratio > dual_clip) if dual_clip is not None else torch.zeros_like(keep)
         stats = {
             "clip_frac": _masked_mean((low | high).double(), keep),
             "clip_frac_low": _masked_mean(low.double(), keep),
             "clip_frac_high": _masked_mean(high.double(), keep),
-            "dual_clip_frac": _masked_mean((dual_active & keep).double(), keep),
+            "dual_clip_frac": _masked_mean(dual.double(), keep),
             "ppo_kl": _masked_mean(-log_ratio.double(), keep),
             "ratio_max": float(torch.where(keep, ratio, torch.zeros_like(ratio)).max()) if keep.any() else 1.0,
             "tokens": float(keep.sum()),
