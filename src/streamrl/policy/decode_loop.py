@@ -1,0 +1,336 @@
+"""The engine's synchronous decode loop: continuous batching over a ``SlabCache``.
+
+``admit`` prefills new requests (grouped by similar prompt length, left-padded, logits only at the
+last position), samples their first token and drops them into free slots; ``step`` advances every
+live row by one token. Finished rows free their slot immediately and a new request can take it at
+the next ``admit``, so one long answer never holds a batch of short ones hostage. Results are
+handed to each request's ``on_done`` callback. Single-threaded: ``HFEngine`` drives it from its
+worker thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from streamrl.policy.api import FinishReason, GenerationRequest, GenerationResult
+from streamrl.policy.kv_cache import PrefillCache, SlabCache
+from streamrl.policy.modeling import cache_argument, decoder_and_head, position_ids_from_mask
+from streamrl.policy.sampling import sample_next
+
+Deliver = Callable[[GenerationResult], None]
+#: decode steps of free columns kept after a re-layout, so growth copies are rare
+COLUMN_HEADROOM = 128
+#: a prefill group is closed when padding would exceed this share of its tokens
+MAX_PADDING_SHARE = 0.25
+
+
+@dataclass(eq=False)  # identity semantics: rows go in sets
+class _Row:
+    request: GenerationRequest
+    deliver: Deliver
+    version: int
+    generator: torch.Generator | None
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    slot: int = -1
+    next_position: int = 0  # position id of the last sampled token, fed at the next step
+    cancelled: bool = False
+
+
+class DecodeLoop:
+    """Owns a model copy, its KV slab and the live rows (see the module docstring)."""
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        decode: Callable[[list[int]], str],
+        banned_token_ids: Sequence[int] = (),
+        max_batch_size: int = 64,
+        prefill_token_budget: int = 8192,
+        seed: int = 0,
+    ):
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        self.model = model
+        self.decoder, self.head = decoder_and_head(model)
+        self._cache_arg = cache_argument(self.decoder)
+        config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        self.vocab_size = self.head.weight.shape[0]
+        self.max_positions = int(getattr(config, "max_position_embeddings", 1 << 30))
+        self.decode = decode
+        self.max_batch_size = max_batch_size
+        self.prefill_token_budget = prefill_token_budget
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self.banned = torch.tensor(sorted(set(banned_token_ids)), dtype=torch.long, device=self.device)
+        self._banned_set = frozenset(int(i) for i in banned_token_ids)
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.slab = SlabCache(config.num_hidden_layers, config.num_key_value_heads, head_dim, self.dtype, self.device)
+        self.num_layers = config.num_hidden_layers
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.rows: dict[int, _Row] = {}  # slot -> row
+        self.version = 0
+        self.stats = {"decode_steps": 0, "generated_tokens": 0, "prefill_tokens": 0, "slot_steps": 0}
+
+    # -- public ------------------------------------------------------------------------------------
+
+    @property
+    def live(self) -> int:
+        return len(self.rows)
+
+    @property
+    def free_capacity(self) -> int:
+        return self.max_batch_size - len(self.rows)
+
+    def admit(self, items: Sequence[tuple[GenerationRequest, Deliver]]) -> None:
+        """Prefill ``items`` (at most ``free_capacity``) and give them slots."""
+        rows = []
+        for request, deliver in items:
+            problem = self._validate(request)
+            row = _Row(request, deliver, self.version, self._row_generator(request))
+            if problem:
+                self._finish(row, "error", problem)
+            elif request.sampling.max_new_tokens == 0:
+                self._finish(row, "length")
+            else:
+                rows.append(row)
+        for group in self._prefill_groups(rows):
+            try:
+                with torch.inference_mode():
+                    self._prefill(group)
+            except Exception as exc:  # one bad group must not take the engine down
+                for row in group:
+                    if row.slot >= 0:
+                        self._free(row)
+                    self._finish(row, "error", f"prefill failed: {exc!r}")
+
+    def step(self) -> None:
+        """Advance every live row by one token."""
+        for row in [r for r in self.rows.values() if r.cancelled]:
+            self._free(row)
+        if not self.rows:
+            self._reset_slab()
+            return
+        try:
+            with torch.inference_mode():
+                self._decode_step()
+        except Exception as exc:
+            self.abort_all("error", f"decode step failed: {exc!r}")
+
+    def cancel(self, request: GenerationRequest) -> None:
+        """Drop ``request``'s row at the next step, without delivering a result."""
+        for row in self.rows.values():
+            if row.request is request:
+                row.cancelled = True
+
+    def abort_all(self, reason: FinishReason, message: str) -> None:
+        for row in list(self.rows.values()):
+            self._free(row)
+            self._finish(row, reason, message)
+        self._reset_slab()
+
+    # -- prefill ---------------------------------------------------------------------------------
+
+    def _prefill_groups(self, rows: list[_Row]) -> list[list[_Row]]:
+        """Rows sorted by prompt length, cut into groups with little padding and bounded size."""
+        groups: list[list[_Row]] = []
+        for row in sorted(rows, key=lambda r: len(r.request.prompt_ids)):
+            length = len(row.request.prompt_ids)
+            if groups:
+                group = groups[-1]
+                real = sum(len(r.request.prompt_ids) for r in group) + length
+                padded = length * (len(group) + 1)  # sorted: the new row is the longest
+                if padded <= self.prefill_token_budget and padded - real <= MAX_PADDING_SHARE * padded:
+                    group.append(row)
+                    continue
+            groups.append([row])
+        return groups
+
+    def _prefill(self, group: list[_Row]) -> None:
+        lengths = [len(r.request.prompt_ids) for r in group]
+        width = max(lengths)
+        input_ids = torch.zeros(len(group), width, dtype=torch.long)
+        attention = torch.zeros(len(group), width, dtype=torch.long)
+        for i, row in enumerate(group):  # left padding: every prompt ends at the last column
+            input_ids[i, width - lengths[i] :] = torch.tensor(row.request.prompt_ids)
+            attention[i, width - lengths[i] :] = 1
+        causal = torch.ones(width, width, dtype=torch.bool).tril()
+        mask = (causal[None] & attention.bool()[:, None, :]) | torch.eye(width, dtype=torch.bool)[None]
+        cache = PrefillCache(self.num_layers)
+        hidden = self.decoder(
+            input_ids=input_ids.to(self.device),
+            attention_mask=mask[:, None].to(self.device),
+            position_ids=position_ids_from_mask(attention).to(self.device),
+            use_cache=True,
+            **{self._cache_arg: cache},
+        ).last_hidden_state
+        logits = self.head(hidden[:, -1])
+        self.stats["prefill_tokens"] += sum(lengths)
+        continuing = self._sample_and_check(group, logits, positions=lengths)
+        if not continuing:
+            return
+        self._make_room(len(continuing), width)
+        free = [s for s in range(self.slab.slots) if s not in self.rows]
+        keep = torch.tensor([group.index(row) for row in continuing], device=self.device)
+        kept = PrefillCache(self.num_layers)
+        kept.keys = [k[keep] for k in cache.keys]
+        kept.values = [v[keep] for v in cache.values]
+        slots = free[: len(continuing)]
+        for row, slot in zip(continuing, slots):
+            row.slot = slot
+            self.rows[slot] = row
+        self.slab.write_prefill(slots, kept, [len(r.request.prompt_ids) for r in continuing])
+
+    # -- decode ----------------------------------------------------------------------------------
+
+    def _decode_step(self) -> None:
+        slab = self.slab
+        if slab.end + 1 > slab.capacity or self._mostly_empty():
+            self._make_room(0, 0)
+        live = torch.zeros(slab.slots, dtype=torch.bool)
+        inputs = torch.zeros(slab.slots, 1, dtype=torch.long)
+        positions = torch.zeros(slab.slots, 1, dtype=torch.long)
+        for slot, row in self.rows.items():
+            live[slot] = True
+            inputs[slot, 0] = row.tokens[-1]
+            positions[slot, 0] = row.next_position
+        slab.lo = int(slab.start[live].min())
+        hidden = self.decoder(
+            input_ids=inputs.to(self.device),
+            attention_mask=slab.step_mask(live),
+            position_ids=positions.to(self.device),
+            use_cache=True,
+            **{self._cache_arg: slab},
+        ).last_hidden_state
+        slab.end += 1
+        self.stats["decode_steps"] += 1
+        self.stats["slot_steps"] += slab.slots
+        order = sorted(self.rows)
+        rows = [self.rows[slot] for slot in order]
+        logits = self.head(hidden[torch.tensor(order, device=self.device), -1])
+        for row in rows:
+            row.next_position += 1
+        going = set(self._sample_and_check(rows, logits, positions=None))
+        for row in rows:
+            if row not in going:
+                self._free(row)
+
+    def _mostly_empty(self) -> bool:
+        """More empty slots than live ones: worth a compacting copy (it halves the work per step)."""
+        return self.slab.slots - len(self.rows) > max(len(self.rows), 4)
+
+    # -- shared ----------------------------------------------------------------------------------
+
+    def _sample_and_check(self, rows: list[_Row], logits: torch.Tensor, positions: list[int] | None) -> list[_Row]:
+        """Sample one token per row, record it and deliver finished rows; returns the rows that go on."""
+        params = [r.request.sampling for r in rows]
+        ids, logprobs = sample_next(
+            logits,
+            torch.tensor([p.temperature for p in params], dtype=torch.float32),
+            torch.tensor([p.top_p for p in params], dtype=torch.float32),
+            [r.generator for r in rows],
+            self.banned,
+            self.generator,
+        )
+        going = []
+        for i, (row, token, logprob) in enumerate(zip(rows, ids.tolist(), logprobs.tolist())):
+            row.tokens.append(token)
+            row.logprobs.append(logprob)
+            self.stats["generated_tokens"] += 1
+            if positions is not None:
+                row.next_position = positions[i]
+            reason = self._finish_reason(row)
+            if reason is None:
+                going.append(row)
+            else:
+                self._finish(row, reason)
+        return going
+
+    def _finish_reason(self, row: _Row) -> FinishReason | None:
+        sampling = row.request.sampling
+        if row.tokens[-1] in sampling.stop_token_ids:
+            return "stop"
+        if sampling.stop_strings:
+            window = max(map(len, sampling.stop_strings)) + 4
+            tail = self.decode(row.tokens[-window:])
+            if any(stop in tail for stop in sampling.stop_strings):
+                return "stop"
+        if len(row.tokens) >= sampling.max_new_tokens or row.next_position >= self.max_positions:
+            return "length"
+        return None
+
+    def _finish(self, row: _Row, reason: FinishReason, error: str | None = None) -> None:
+        text = ""
+        if row.tokens:
+            try:
+                text = self.decode(row.tokens)
+            except Exception as exc:  # a tokenizer failure must not lose the tokens
+                error = error or f"decode failed: {exc!r}"
+        row.deliver(
+            GenerationResult(
+                request_id=row.request.request_id,
+                token_ids=list(row.tokens),
+                logprobs=list(row.logprobs),
+                finish_reason=reason,
+                policy_version=row.version,
+                text=text,
+                error=error,
+            )
+        )
+
+    def _free(self, row: _Row) -> None:
+        if self.rows.get(row.slot) is row:
+            del self.rows[row.slot]
+            self.slab.release(row.slot)
+        row.slot = -1
+
+    def _make_room(self, new_rows: int, prompt_width: int) -> None:
+        """Re-layout the slab when it lacks free slots or columns (or is mostly empty): live rows
+        are packed into the first slots, unused leading columns are dropped, and the write column
+        moves to at least ``prompt_width`` so a new prompt fits to its left."""
+        slab = self.slab
+        live_slots = sorted(self.rows)
+        lo = min((int(slab.start[s]) for s in live_slots), default=slab.end)
+        new_end = max(slab.end - lo, prompt_width)
+        enough_slots = slab.slots - len(live_slots) >= new_rows and not self._mostly_empty()
+        enough_columns = slab.end >= prompt_width and slab.end + 1 <= slab.capacity
+        if enough_slots and enough_columns and slab.slots:
+            return
+        slots = len(live_slots) + new_rows
+        capacity = max(slab.capacity if slab.capacity >= new_end + 1 else 0, new_end + COLUMN_HEADROOM)
+        slab.relayout(slots, capacity, keep=torch.tensor(live_slots, dtype=torch.long), shift=new_end - slab.end)
+        self.rows = {new_slot: self.rows[old] for new_slot, old in enumerate(live_slots)}
+        for new_slot, row in self.rows.items():
+            row.slot = new_slot
+
+    def _reset_slab(self) -> None:
+        if self.slab.slots:
+            self.slab.relayout(0, 0, keep=torch.zeros(0, dtype=torch.long), shift=-self.slab.end)
+
+    def _row_generator(self, request: GenerationRequest) -> torch.Generator | None:
+        seed = request.sampling.seed
+        return None if seed is None else torch.Generator(device=self.device).manual_seed(seed)
+
+    def _validate(self, request: GenerationRequest) -> str | None:
+        """Why ``request`` cannot run, or None."""
+        sampling, prompt = request.sampling, request.prompt_ids
+        if not prompt:
+            return "prompt_ids is empty"
+        if any(not isinstance(t, int) or t < 0 or t >= self.vocab_size for t in prompt):
+            return f"prompt_ids must be ints in [0, {self.vocab_size - 1}]"
+        if self._banned_set.intersection(prompt):
+            return f"prompt_ids contain banned ids {sorted(self._banned_set.intersection(prompt))}"
+        if len(prompt) >= self.max_positions:
+            return f"prompt of {len(prompt)} tokens leaves no room under max positions {self.max_positions}"
+        if sampling.temperature < 0:
+            return f"temperature must be >= 0, got {sampling.temperature}"
+        if not 0 < sampling.top_p <= 1:
+            return f"top_p must be in (0, 1], got {sampling.top_p}"
+        if sampling.max_new_tokens < 0:
+            return f"max_new_tokens must be >= 0, got {sampling.max_new_tokens}"
+        return None

@@ -1,0 +1,245 @@
+"""``HFEngine``: the transformers-based ``InferenceEngine`` (api.py) for CPU (and small GPU) runs.
+
+Many coroutines call ``generate`` at once; requests queue up and one worker thread runs the model,
+so the event loop never blocks on a forward pass (torch releases the GIL). The worker drives a
+``DecodeLoop``: continuous batching over a slot-major KV slab, requests admitted into free slots
+between decode steps, logits only at the last position, our own sampling with behaviour log-probs
+and banned ids (SAPO value tokens) masked out. Results come back to each caller's event loop.
+
+Weights: the engine owns its own model copy (``Policy.inference_model``), so a learner can keep
+training its model. ``update_weights`` copies the new tensors at once (the caller may modify its
+own right after) and the worker swaps them in between batches: admission pauses, live rows finish
+under the old weights, the copy is applied, admission resumes. A result is therefore never a mix
+of versions, and ``GenerationResult.policy_version`` names the weights that produced it.
+``version`` is the newest version received: every request submitted after ``update_weights``
+returns is generated with it (or a later one).
+
+Failures stay local: a malformed request gets ``finish_reason="error"``; a failing prefill or decode
+step fails only the rows it touched; ``close()`` aborts what is left and joins the worker thread.
+
+Mapping to vLLM (a GPU engine can implement the same protocol): ``generate`` becomes
+``AsyncLLMEngine.generate`` with ``TokensPrompt(prompt_token_ids=...)`` and vLLM ``SamplingParams``
+(temperature, top_p, max_tokens, stop_token_ids, stop, seed, logprobs=0), a ``logit_bias`` of -inf
+(or a logits processor) for the banned ids, and the sampled token's log-prob from each output;
+its definition must match ours (after temperature and the banned mask, before top-p; check the
+vLLM version's ``logprobs_mode``), otherwise the learner's TIS corrects the difference.
+``update_weights`` becomes: pause admission, let running requests finish, load the state dict into
+the workers' models (``collective_rpc`` + ``load_weights``), bump the version, resume. ``close`` is
+engine shutdown. Continuous batching and the paged KV cache are vLLM's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from streamrl.policy.api import GenerationRequest, GenerationResult
+from streamrl.policy.decode_loop import DecodeLoop, Deliver
+from streamrl.policy.kv_cache import ATTENTION_NAME, register_engine_attention
+
+
+class HFEngine:
+    """Batched generation over a transformers causal LM (see the module docstring).
+
+    Args:
+        model: the engine's own model copy (it is switched to the engine's attention function).
+        decode: ids -> text, for ``GenerationResult.text`` and stop strings.
+        banned_token_ids: never sampled (SAPO value tokens, vocabulary padding).
+        max_batch_size: rows decoded together at most.
+        prefill_token_budget: most (padded) prompt tokens in one prefill forward.
+        version: the policy version of ``model``'s weights.
+        seed: seeds sampling for requests without their own ``SamplingParams.seed``.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        decode: Callable[[list[int]], str],
+        banned_token_ids: Sequence[int] = (),
+        max_batch_size: int = 64,
+        prefill_token_budget: int = 8192,
+        version: int = 0,
+        seed: int = 0,
+    ):
+        _check_full_attention(model)
+        register_engine_attention()
+        model.set_attn_implementation(ATTENTION_NAME)
+        model.eval().requires_grad_(False)
+        self._model = model
+        self._expected = {key: tuple(t.shape) for key, t in model.state_dict().items()}
+        self._decode_loop = DecodeLoop(
+            model,
+            decode=decode,
+            banned_token_ids=banned_token_ids,
+            max_batch_size=max_batch_size,
+            prefill_token_budget=prefill_token_budget,
+            seed=seed,
+        )
+        self._decode_loop.version = version
+        self._version = version
+        self._cond = threading.Condition()
+        self._pending: deque[tuple[GenerationRequest, Deliver]] = deque()
+        self._cancelled: list[GenerationRequest] = []
+        self._staged: tuple[dict[str, torch.Tensor], int] | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.last_error: str | None = None
+
+    @classmethod
+    def from_policy(cls, policy: Any, *, dtype: Any = None, device: Any = None, **kwargs: Any) -> HFEngine:
+        """An engine over a fresh copy of ``policy``'s model (optionally in another dtype/device)."""
+        from streamrl.policy.loading import resolve_dtype
+
+        model = policy.inference_model(dtype=None if dtype is None else resolve_dtype(dtype), device=device)
+        return cls(model, decode=policy.decode, banned_token_ids=policy.banned_token_ids, **kwargs)
+
+    # -- InferenceEngine -----------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters of the decode loop (steps, tokens, prefill tokens, slot-steps)."""
+        return dict(self._decode_loop.stats)
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[GenerationResult] = loop.create_future()
+
+        def deliver(result: GenerationResult) -> None:
+            loop.call_soon_threadsafe(_resolve, future, result)
+
+        with self._cond:
+            if self._closed:
+                return _aborted(request, self._version, "engine is closed")
+            self._pending.append((request, deliver))
+            self._start_worker()
+            self._cond.notify()
+        try:
+            return await future
+        except asyncio.CancelledError:
+            with self._cond:
+                self._cancelled.append(request)
+                self._cond.notify()
+            raise
+
+    def update_weights(self, state_dict: dict, version: int) -> None:
+        """Stage a copy of ``state_dict`` (plain keys, e.g. ``Policy.state_dict_for_engine()``);
+        the worker applies it once the running rows finish. Raises on missing, unexpected or
+        mis-shaped tensors."""
+        staged = self._stage(state_dict)
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("update_weights on a closed engine")
+            self._staged = (staged, version)
+            self._version = version
+            self._cond.notify()
+
+    async def close(self) -> None:
+        thread = self._shutdown()
+        if thread is not None:
+            await asyncio.to_thread(thread.join)
+
+    def close_sync(self) -> None:
+        """``close`` for code without an event loop."""
+        thread = self._shutdown()
+        if thread is not None:
+            thread.join()
+
+    # -- worker --------------------------------------------------------------------------------
+
+    def _start_worker(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="streamrl-hf-engine", daemon=True)
+            self._thread.start()
+
+    def _shutdown(self) -> threading.Thread | None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+            thread, self._thread = self._thread, None
+        return thread
+
+    def _run(self) -> None:
+        loop = self._decode_loop
+        while True:
+            with self._cond:
+                while not (self._closed or self._pending or self._staged or self._cancelled or loop.live):
+                    self._cond.wait()
+                if self._closed:
+                    break
+                cancelled, self._cancelled = self._cancelled, []
+                staged = None
+                if self._staged is not None and loop.live == 0:
+                    staged, self._staged = self._staged, None
+                admit = []
+                if self._staged is None and staged is None:  # no admission while draining for new weights
+                    while self._pending and len(admit) < loop.free_capacity:
+                        admit.append(self._pending.popleft())
+            try:
+                for request in cancelled:
+                    loop.cancel(request)
+                if staged is not None:
+                    self._apply(*staged)
+                    continue
+                if admit:
+                    loop.admit(admit)
+                if loop.live:
+                    loop.step()
+            except Exception as exc:  # keep serving whatever happens
+                self.last_error = repr(exc)
+                loop.abort_all("error", f"engine worker failed: {exc!r}")
+        loop.abort_all("abort", "engine closed")
+        with self._cond:
+            pending, self._pending = list(self._pending), deque()
+        for request, deliver in pending:
+            deliver(_aborted(request, loop.version, "engine closed"))
+
+    def _apply(self, staged: dict[str, torch.Tensor], version: int) -> None:
+        with torch.no_grad():
+            self._model.load_state_dict(staged, strict=True)
+        self._decode_loop.version = version
+
+    def _stage(self, state_dict: dict) -> dict[str, torch.Tensor]:
+        missing = sorted(set(self._expected) - set(state_dict))
+        unexpected = sorted(set(state_dict) - set(self._expected))
+        if missing or unexpected:
+            raise ValueError(
+                f"update_weights: state dict does not match the engine model (missing {missing[:5]}, "
+                f"unexpected {unexpected[:5]}); pass Policy.state_dict_for_engine()"
+            )
+        param = next(self._model.parameters())
+        staged = {}
+        for key, tensor in state_dict.items():
+            if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != self._expected[key]:
+                shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+                raise ValueError(f"update_weights: {key!r} is {shape}, expected {self._expected[key]}")
+            dtype = param.dtype if tensor.is_floating_point() else tensor.dtype
+            staged[key] = tensor.detach().to(device=param.device, dtype=dtype, copy=True)
+        return staged
+
+
+def _resolve(future: asyncio.Future, result: GenerationResult) -> None:
+    if not future.done():
+        future.set_result(result)
+
+
+def _aborted(request: GenerationRequest, version: int, message: str) -> GenerationResult:
+    return GenerationResult(request.request_id, [], [], "abort", version, error=message)
+
+
+def _check_full_attention(model: Any) -> None:
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    layer_types = getattr(config, "layer_types", None) or []
+    if any(kind != "full_attention" for kind in layer_types):
+        raise ValueError(
+            f"HFEngine supports full-attention models only; this one has layer types {sorted(set(layer_types))}"
+        )

@@ -1,0 +1,146 @@
+"""KV storage and attention for the engine's decode loop.
+
+``SlabCache`` keeps, per layer, preallocated buffers ``[S, H_kv, C, D]`` (S slots, C columns).
+All slots share one write column ``end``: a decode step writes every slot's new key/value at
+``end`` in place (no ``torch.cat`` copy of the whole cache per step, unlike ``DynamicCache``).
+Slot ``s`` holds its sequence in columns ``[start[s], end)``, right-aligned, so a new request can
+be prefilled separately and dropped into a free slot while the others keep decoding (continuous
+batching). Attention reads only columns ``[lo, end]``, ``lo`` being the smallest live start.
+
+Both cache classes implement just the part of the transformers cache protocol the decoder
+layers use (``update``); the decode loop always passes explicit positions and a 4D mask, so
+no other cache method is needed. ``engine_attention`` (registered with transformers as
+``streamrl_engine``) is the attention function of the engine's model copy: grouped-query
+attention without repeating K/V for single-token decode, and SDPA for prefill.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+ATTENTION_NAME = "streamrl_engine"
+
+
+def engine_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """``query [B, H, q, D]``, ``key/value [B, H_kv, k, D]``, bool mask ``[B, 1, q, k]`` ->
+    ``[B, q, H, D]``."""
+    batch, heads, q_len, head_dim = query.shape
+    kv_heads = key.shape[1]
+    scale = head_dim**-0.5 if scaling is None else scaling
+    if q_len == 1:
+        # each KV head serves `groups` query heads: fold them into the matmul's row dimension
+        groups = heads // kv_heads
+        q = query.reshape(batch, kv_heads, groups, head_dim)
+        scores = torch.matmul(q, key.transpose(-1, -2)).float() * scale  # [B, H_kv, groups, k]
+        if attention_mask is not None:
+            scores = scores.masked_fill(~attention_mask.reshape(batch, 1, 1, -1), float("-inf"))
+        probs = scores.softmax(-1).to(value.dtype)
+        out = torch.matmul(probs, value).reshape(batch, heads, 1, head_dim)
+    else:
+        if kv_heads != heads:
+            key = key.repeat_interleave(heads // kv_heads, dim=1)
+            value = value.repeat_interleave(heads // kv_heads, dim=1)
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scale)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register_engine_attention() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTENTION_NAME, engine_attention)
+
+
+class PrefillCache:
+    """Collects each layer's keys/values of one prefill forward (nothing cached before it)."""
+
+    def __init__(self, num_layers: int):
+        self.keys: list[torch.Tensor | None] = [None] * num_layers
+        self.values: list[torch.Tensor | None] = [None] * num_layers
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any):
+        self.keys[layer_idx], self.values[layer_idx] = key, value
+        return key, value
+
+
+class SlabCache:
+    """Slot-major KV buffers with a shared write column (see the module docstring)."""
+
+    def __init__(self, num_layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: Any):
+        self.num_layers, self.kv_heads, self.head_dim = num_layers, kv_heads, head_dim
+        self.dtype, self.device = dtype, device
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.slots = 0
+        self.capacity = 0
+        self.end = 0  # next write column, shared by all slots
+        self.lo = 0  # first column attention reads (set by the decode loop before each step)
+        self.start = torch.zeros(0, dtype=torch.long)  # [S] first valid column per slot
+
+    # -- the transformers cache protocol (decode step) ------------------------------------------
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any):
+        """Write the step's ``[S, H_kv, 1, D]`` key/value at column ``end``; return columns ``[lo, end]``."""
+        self.keys[layer_idx][:, :, self.end] = key[:, :, 0]
+        self.values[layer_idx][:, :, self.end] = value[:, :, 0]
+        return self.keys[layer_idx][:, :, self.lo : self.end + 1], self.values[layer_idx][:, :, self.lo : self.end + 1]
+
+    # -- layout management ---------------------------------------------------------------------
+
+    def relayout(self, slots: int, capacity: int, keep: torch.Tensor | None = None, shift: int = 0) -> None:
+        """Reallocate to ``slots x capacity`` columns: old slots ``keep`` (default: all) become slots
+        ``0..len(keep)-1`` and their columns move by ``shift`` (negative = left; the columns that
+        would fall below 0 must be unused). Grows, compacts and shifts with one copy."""
+        keep = torch.arange(self.slots) if keep is None else keep
+        first = max(0, -shift)
+        new_end = self.end + shift
+        if new_end > capacity or len(keep) > slots:
+            raise ValueError(f"relayout to {slots}x{capacity} cannot hold {len(keep)} slots ending at {new_end}")
+        index = keep.to(self.device)
+
+        def moved(old: torch.Tensor | None) -> torch.Tensor:
+            # zeros, not empty: masked columns still enter the probs @ V product, and 0 * NaN = NaN
+            fresh = torch.zeros(slots, self.kv_heads, capacity, self.head_dim, dtype=self.dtype, device=self.device)
+            if old is not None and len(keep) and self.end > first:
+                fresh[: len(keep), :, first + shift : new_end] = old[index, :, first : self.end]
+            return fresh
+
+        self.keys = [moved(layer) for layer in (self.keys or [None] * self.num_layers)]
+        self.values = [moved(layer) for layer in (self.values or [None] * self.num_layers)]
+        start = torch.full((slots,), new_end, dtype=torch.long)
+        start[: len(keep)] = (self.start[keep] + shift).clamp_min(0)
+        self.start, self.slots, self.capacity, self.end = start, slots, capacity, new_end
+
+    def write_prefill(self, slots: list[int], cache: PrefillCache, lengths: list[int]) -> None:
+        """Copy a prefill group (left-padded to a common length P) into ``slots``, right-aligned
+        at ``end``; the caller ensured ``end >= P``. ``lengths``: each row's real prompt length."""
+        width = cache.keys[0].shape[2]
+        index = torch.tensor(slots, device=self.device)
+        for layer in range(self.num_layers):
+            self.keys[layer][index, :, self.end - width : self.end] = cache.keys[layer].to(self.dtype)
+            self.values[layer][index, :, self.end - width : self.end] = cache.values[layer].to(self.dtype)
+        self.start[slots] = torch.tensor([self.end - n for n in lengths], dtype=torch.long)
+
+    def release(self, slot: int) -> None:
+        """Mark ``slot`` empty: its start moves to ``end`` so it never widens the attended range."""
+        self.start[slot] = self.end
+
+    def step_mask(self, live: torch.Tensor) -> torch.Tensor:
+        """``[S, 1, 1, end + 1 - lo]`` bool mask of the next decode step; empty slots see only
+        their own (new) column, so their softmax rows stay finite."""
+        columns = torch.arange(self.lo, self.end + 1)
+        mask = columns[None, :] >= self.start[:, None]
+        mask[~live, :-1] = False
+        mask[:, -1] = True
+        return mask[:, None, None, :].to(self.device)

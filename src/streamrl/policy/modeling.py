@@ -1,0 +1,68 @@
+"""Small adapters over Hugging Face causal LMs shared by scoring and the engine.
+
+Both split a model into its decoder (hidden states) and its LM head, so logits are computed only
+where they are needed (the last position when generating, action tokens when scoring) instead of
+materialising ``[B, T, V]``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from streamrl.policy.lora import is_peft_model
+
+
+def decoder_and_head(model: Any) -> tuple[Any, Any]:
+    """``(decoder, lm_head)`` of a causal LM, a peft wrapper included (its adapters stay active)."""
+    base = model.get_base_model() if is_peft_model(model) else model
+    return base.get_decoder(), base.get_output_embeddings()
+
+
+def cache_argument(decoder: Any) -> str:
+    """The decoder's keyword for the KV cache (``cache`` in transformers >= 5.2x, else ``past_key_values``)."""
+    parameters = inspect.signature(decoder.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions that count only real tokens, so left and right padding give the same positions.
+
+    ``[B, T]`` 0/1 mask -> ``[B, T]`` long, ``0`` on leading padding.
+    """
+    return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
+
+
+def segment_positions(segment_ids: torch.Tensor) -> torch.Tensor:
+    """Positions restarting at 0 at each new segment of a packed row: ``[B, T]`` -> ``[B, T]``."""
+    index = torch.arange(segment_ids.shape[-1], device=segment_ids.device).expand_as(segment_ids)
+    starts = torch.ones_like(segment_ids, dtype=torch.bool)
+    starts[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]
+    first = torch.where(starts, index, torch.zeros_like(index)).cummax(-1).values
+    return index - first
+
+
+def packed_attention_mask(segment_ids: torch.Tensor) -> torch.Tensor:
+    """Block-diagonal causal mask for packed rows: ``[B, T]`` segment ids (0 = padding) ->
+    ``[B, 1, T, T]`` bool, True where query ``i`` may attend key ``j``.
+
+    Padding queries attend only themselves, so no softmax row is empty (no NaN)."""
+    length = segment_ids.shape[-1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=segment_ids.device).tril()
+    same = segment_ids[:, :, None] == segment_ids[:, None, :]
+    real_key = (segment_ids > 0)[:, None, :]
+    diagonal = torch.eye(length, dtype=torch.bool, device=segment_ids.device)
+    return ((causal & same & real_key) | diagonal)[:, None]
+
+
+def as_attention_bias(mask: torch.Tensor, model: Any, dtype: torch.dtype) -> torch.Tensor:
+    """A 4D bool mask in the form the model's attention implementation expects: bool for SDPA,
+    additive float (0 / most negative) for eager attention."""
+    implementation = getattr(model.config, "_attn_implementation", "sdpa")
+    if implementation == "sdpa":
+        return mask
+    if implementation == "eager":
+        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+    raise ValueError(f"attention implementation {implementation!r} is not supported here; load with sdpa or eager")
