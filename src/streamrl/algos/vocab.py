@@ -6,9 +6,9 @@ them, so every policy distribution is normalised over the vocabulary without the
 gradient from these terms. With no excluded ids this is the ordinary softmax policy.
 
 Memory: logits ``[B, T, V]`` are large (V ~ 150k). Instead of a full ``log_softmax`` (one more
-``[B, T, V]`` tensor saved for backward, plus masked copies), the log-normaliser is computed in row
-chunks by a custom autograd function that saves only the logits it was given and one scalar per
-position; the backward pass writes the single ``[B, T, V]`` gradient chunk by chunk.
+``[B, T, V]`` tensor saved for backward, plus masked copies), both functions work in row chunks
+inside custom autograd functions that save only the logits they were given and one or two scalars
+per position; the backward pass writes the single ``[B, T, V]`` gradient chunk by chunk.
 """
 
 from __future__ import annotations
@@ -48,26 +48,38 @@ def mask_excluded_logits(logits: torch.Tensor, excluded_ids: Sequence[int] | tor
     return logits.index_fill(-1, ids, float("-inf"))
 
 
-class _ActionLogNormaliser(torch.autograd.Function):
-    """``[N, V]`` logits -> ``[N]`` logsumexp over the non-excluded ids."""
+class _ActionLogProbs(torch.autograd.Function):
+    """``[N, V]`` logits and ``[N]`` tokens -> ``[N]`` log-probs over the non-excluded ids.
+
+    Computed as ``(z_tok - m) - log sum exp(z - m)`` with ``m`` the row maximum, so no precision is
+    lost to a large common offset. Gradient: ``1[w = tok] - p_w``, exactly 0 on excluded ids.
+    """
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, excluded: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, logits: torch.Tensor, tokens: torch.Tensor, excluded: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         dtype = _compute_dtype(logits)
         out = torch.empty(logits.shape[0], dtype=dtype, device=logits.device)
+        lse = torch.empty_like(out)
         for rows in _row_chunks(*logits.shape):
-            out[rows] = torch.logsumexp(mask_excluded_logits(logits[rows].to(dtype), excluded), dim=-1)
-        ctx.save_for_backward(logits, excluded, out)
+            masked = mask_excluded_logits(logits[rows].to(dtype), excluded)
+            shift = masked.max(dim=-1).values
+            log_sum = (masked - shift[:, None]).exp().sum(dim=-1).log()
+            picked = masked.gather(1, tokens[rows, None]).squeeze(1)
+            out[rows] = (picked - shift) - log_sum
+            lse[rows] = shift + log_sum
+        ctx.save_for_backward(logits, tokens, excluded, lse)
         return out
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
-        logits, excluded, lse = ctx.saved_tensors
+        logits, tokens, excluded, lse = ctx.saved_tensors
         grad = torch.empty_like(logits)
         for rows in _row_chunks(*logits.shape):
             probs = (mask_excluded_logits(logits[rows].to(lse.dtype), excluded) - lse[rows, None]).exp()
-            grad[rows] = (grad_out[rows, None] * probs).to(grad.dtype)
-        return grad, None
+            local = -grad_out[rows, None] * probs
+            local.scatter_add_(1, tokens[rows, None], grad_out[rows, None])
+            grad[rows] = local.to(grad.dtype)
+        return grad, None, None
 
 
 class _ActionEntropy(torch.autograd.Function):
@@ -130,10 +142,8 @@ def action_log_probs(
         raise ValueError(f"tokens must lie in [0, {vocab - 1}]")
     if excluded.numel() and bool(torch.isin(tokens, excluded).any()):
         raise ValueError(f"tokens contain excluded ids {excluded.tolist()} (value tokens must never be actions)")
-    flat = logits.reshape(-1, vocab)
-    lse = _ActionLogNormaliser.apply(flat, excluded)
-    picked = flat.gather(1, tokens.reshape(-1, 1).long()).squeeze(1).to(lse.dtype)
-    return (picked - lse).reshape(tokens.shape)
+    flat_tokens = tokens.reshape(-1).long()
+    return _ActionLogProbs.apply(logits.reshape(-1, vocab), flat_tokens, excluded).reshape(tokens.shape)
 
 
 def entropy(logits: torch.Tensor, excluded_ids: Sequence[int] = ()) -> torch.Tensor:
