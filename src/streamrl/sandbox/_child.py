@@ -186,13 +186,18 @@ def error_line(exc: BaseException) -> str:
     return lines[-1].strip() if lines else type(exc).__name__
 
 
+#: frames of a traceback that are printed (the innermost ones); a runaway recursion has a
+#: million, and formatting all of them takes longer than any timeout
+TRACEBACK_FRAMES = 30
+
+
 def print_user_traceback(exc: BaseException, file: Any) -> None:
-    """Print the traceback without this module's own frames."""
+    """Print the innermost frames of the traceback, without this module's own frames."""
     tb = exc.__traceback__
     own = run_cell.__code__.co_filename
     while tb is not None and tb.tb_frame.f_code.co_filename == own:
         tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb, file=file)
+    traceback.print_exception(type(exc), exc, tb, limit=-TRACEBACK_FRAMES, file=file)
 
 
 class CappedWriter(io.TextIOBase):

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import uuid
@@ -89,6 +90,21 @@ class Launch:
         except ValueError:
             return None
         return report if isinstance(report, dict) else None
+
+    def spawn(self, stdin: Any, stdout: Any, stderr: Any) -> subprocess.Popen:
+        """Start the interpreter as the leader of a new session (its pid is the group id)."""
+        proc = subprocess.Popen(
+            self.argv,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            cwd=self.workdir,
+            env=self.env,
+            start_new_session=True,
+            pass_fds=self.pass_fds,
+        )
+        self.spawned()
+        return proc
 
     def kill(self, pgid: int | None) -> None:
         """SIGKILL the process group and every member of the cgroup (setsid escapees too)."""

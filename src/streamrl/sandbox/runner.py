@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import os
 import subprocess
 import time
 
@@ -43,14 +44,44 @@ class _CappedCapture:
         return keep + marker
 
 
-async def _pump(stream: asyncio.StreamReader, capture: _CappedCapture, over_cap: asyncio.Event) -> None:
-    while True:
-        chunk = await stream.read(_READ_CHUNK)
-        if not chunk:
+class _PipeReader:
+    """Drains one pipe into a capture from the event loop's reader callback."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, capture: _CappedCapture, over_cap: asyncio.Event):
+        self._loop, self._fd, self._capture, self._over_cap = loop, fd, capture, over_cap
+        self.eof: asyncio.Future[None] = loop.create_future()
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        try:
+            chunk = os.read(self._fd, _READ_CHUNK)
+        except BlockingIOError:
             return
-        capture.add(chunk)
-        if capture.over:
-            over_cap.set()
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.close()
+            return
+        self._capture.add(chunk)
+        if self._capture.over:
+            self._over_cap.set()
+
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        self._loop.remove_reader(self._fd)
+        os.close(self._fd)
+        self._fd = -1
+        if not self.eof.done():
+            self.eof.set_result(None)
+
+
+async def _reap(proc: subprocess.Popen, timeout_s: float) -> None:
+    """Wait (without blocking the loop) until ``proc`` has exited and been reaped."""
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
 
 
 def resolve_limits(timeout: float | None, memory_mb: int | None, limits: SandboxLimits | None) -> SandboxLimits:
@@ -101,57 +132,59 @@ async def arun_python(
         GATE.release()
 
 
+def _failed_start(launch: Launch, started: float, exc: OSError) -> SandboxResult:
+    return SandboxResult(
+        status="crashed",
+        stdout="",
+        stderr=str(exc),
+        returncode=None,
+        duration_s=time.monotonic() - started,
+        isolation=launch.isolation.level,
+        error=f"sandbox failure: could not start the interpreter ({exc})",
+        run_id=launch.run_id,
+    )
+
+
 async def _execute(launch: Launch, limits: SandboxLimits) -> SandboxResult:
+    loop = asyncio.get_running_loop()
     started = time.monotonic()
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *launch.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=launch.workdir,
-            env=launch.env,
-            start_new_session=True,
-            pass_fds=launch.pass_fds,
-        )
+        proc = launch.spawn(stdin=subprocess.DEVNULL, stdout=out_write, stderr=err_write)
     except OSError as exc:
-        return SandboxResult(
-            status="crashed",
-            stdout="",
-            stderr=str(exc),
-            returncode=None,
-            duration_s=time.monotonic() - started,
-            isolation=launch.isolation.level,
-            error=f"sandbox failure: could not start the interpreter ({exc})",
-            run_id=launch.run_id,
-        )
-    launch.spawned()
+        os.close(out_read)
+        os.close(err_read)
+        return _failed_start(launch, started, exc)
+    finally:
+        os.close(out_write)
+        os.close(err_write)
     out, err = _CappedCapture(limits.max_output_bytes), _CappedCapture(limits.max_output_bytes)
     over_cap = asyncio.Event()
-    pumps = [
-        asyncio.ensure_future(_pump(proc.stdout, out, over_cap)),  # type: ignore[arg-type]
-        asyncio.ensure_future(_pump(proc.stderr, err, over_cap)),  # type: ignore[arg-type]
-    ]
-    exited = asyncio.ensure_future(proc.wait())
+    readers = [_PipeReader(loop, out_read, out, over_cap), _PipeReader(loop, err_read, err, over_cap)]
+    # The code has ended once the init reports, or dies (EOF). Process exit says less: a
+    # forked leftover may still hold the output pipes.
+    ended: asyncio.Future[None] = loop.create_future()
+    loop.add_reader(launch.status_read, lambda: ended.done() or ended.set_result(None))
     capped = asyncio.ensure_future(over_cap.wait())
     killed_for: KillReason | None = None
     try:
-        done, _ = await asyncio.wait({exited, capped}, timeout=limits.timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({ended, capped}, timeout=limits.timeout_s, return_when=asyncio.FIRST_COMPLETED)
         if capped in done:
             killed_for = "output_limit"
-        elif exited not in done:
+        elif ended not in done:
             killed_for = "timeout"
     finally:
-        # always: leftovers in the group or the cgroup die even when the main process ended
-        launch.kill(proc.pid)
+        loop.remove_reader(launch.status_read)
         capped.cancel()
+        # always: leftovers in the group or the cgroup die even when the code itself ended
+        launch.kill(proc.pid)
         try:
-            await asyncio.wait_for(asyncio.shield(exited), timeout=5.0)
-        except asyncio.TimeoutError:
-            pass
-        _, pending = await asyncio.wait(pumps, timeout=_DRAIN_GRACE_S)
-        for pump in pending:
-            pump.cancel()
+            await _reap(proc, timeout_s=5.0)
+            await asyncio.wait([reader.eof for reader in readers], timeout=_DRAIN_GRACE_S)
+        finally:
+            for reader in readers:
+                reader.close()
     duration = time.monotonic() - started
     report = launch.child_report()
     stderr = err.text()
@@ -163,8 +196,6 @@ async def _execute(launch: Launch, limits: SandboxLimits) -> SandboxResult:
         cpu_limit_s=limits.one_shot_cpu_seconds(),
         max_output_bytes=limits.max_output_bytes,
     )
-    if returncode is None and proc.returncode is not None and killed_for is not None:
-        returncode = proc.returncode
     return SandboxResult(
         status=status,
         stdout=out.text(),

@@ -177,20 +177,10 @@ class PythonSession:
             echo_last_expr=self._echo,
         )
         try:
-            proc = subprocess.Popen(
-                launch.argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                cwd=launch.workdir,
-                env=launch.env,
-                start_new_session=True,
-                pass_fds=launch.pass_fds,
-            )
+            proc = launch.spawn(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         except BaseException:
             launch.cleanup()
             raise
-        launch.spawned()
         return _Worker(launch, proc, cpu_limit_s)
 
     def _discard_worker(self, grace_s: float, extra_cpu_s: float) -> dict[str, Any] | None:
