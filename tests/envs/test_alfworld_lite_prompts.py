@@ -84,7 +84,7 @@ def test_compact_style_is_short_and_complete():
 
 
 def test_full_history_messages():
-    initial, history, observation, info = _episode(1)
+    initial, _, observation, info = _episode(1)
     verl = make_prompt_builder("alfworld_lite")
     assert verl.system_prompt().startswith("You are an expert agent") and "<action>" in verl.system_prompt()
     assert initial in verl.first_message(initial, info)
@@ -98,7 +98,8 @@ def test_full_history_messages():
 def test_custom_instruction_and_bad_options():
     builder = make_prompt_builder("alfworld_lite", instruction="Answer in <action></action>.")
     initial, history, observation, info = _episode(1)
-    assert builder.step_messages(initial, history, observation, info)[0]["content"].endswith("Answer in <action></action>.")
+    content = builder.step_messages(initial, history, observation, info)[0]["content"]
+    assert content.endswith("Answer in <action></action>.")
     with pytest.raises(ValueError, match="style"):
         make_prompt_builder("alfworld_lite", style="chatty")
     with pytest.raises(ValueError, match="history_length"):

@@ -188,11 +188,11 @@ def test_task_ids_determine_the_task_and_gamefiles_follow_alfworld_naming():
     first, second = make("alfworld_lite"), make("alfworld_lite", grammar="legacy", seed=9)
     for task_id in ("train/12", "seen/0", "unseen/133"):
         obs_a, info_a = first.reset(task_id=task_id)
-        obs_b, info_b = second.reset(task_id=task_id)
+        obs_b, _ = second.reset(task_id=task_id)
         assert obs_a == obs_b and first.state_hash() == second.state_hash()
         match = GAMEFILE.match(info_a["gamefile"])
         assert match, info_a["gamefile"]
-        task_type, _, target, scene, split, index = match.groups()
+        task_type, _, target, _, split, index = match.groups()
         assert task_type == info_a["task_type"] and f"{split}/{index}" == task_id
         assert target in {r.class_name for r in RECEPTACLES.values()} | {"DeskLamp", "FloorLamp"}
     assert first.reset(seed=12) == first.reset(task_id="train/12")

@@ -46,7 +46,7 @@ def test_initial_observation_matches_alfworlds_format():
 
 def _states(env, task_id: str, rng: random.Random, steps: int = 15):
     """Yield the env at states along a trajectory mixing expert and random admissible actions."""
-    observation, info = env.reset(task_id=task_id)
+    _, info = env.reset(task_id=task_id)
     for _ in range(steps):
         yield env
         action = env.expert_action() if rng.random() < 0.5 else rng.choice(info["admissible_actions"])
@@ -78,9 +78,9 @@ def _non_admissible(env, rng: random.Random) -> str:
     world = env.world
     names = list(world.receptacles) + list(world.items) + ["apple 99", "fridge 7", "cabinet 0"]
     templates = [
-        "go to {a}", "open {a}", "close {a}", "take {a} from {b}", "move {a} to {b}",
-        "put {a} in/on {b}", "put {a} in {b}", "heat {a} with {b}", "cool {a} with {b}",
-        "clean {a} with {b}", "use {a}", "examine {a}", "turn off {a}", "go {a}", "take {a}",
+        "go to {a}", "open {a}", "close {a}", "take {a} from {b}", "move {a} to {b}", "put {a} in/on {b}",
+        "put {a} in {b}", "heat {a} with {b}", "cool {a} with {b}", "clean {a} with {b}", "use {a}",
+        "examine {a}", "turn off {a}", "go {a}", "take {a}",
     ]
     admissible = set(env.admissible_actions())
     while True:
@@ -131,7 +131,8 @@ def test_inadmissible_take_move_heat_and_open():
     assert f"move {held} to fridge 1" not in env.admissible_actions()
     assert env.step(f"move {held} to fridge 1").observation == NOTHING
     assert env.step(f"heat {held} with microwave 1").observation == NOTHING
-    assert env.step("open fridge 1").observation.startswith("You open the fridge 1. The fridge 1 is open. In it, you see")
+    opened = env.step("open fridge 1").observation
+    assert opened.startswith("You open the fridge 1. The fridge 1 is open. In it, you see")
     assert f"move {held} to fridge 1" in env.admissible_actions()
     # open on a countertop (not openable)
     env.step("go to countertop 1")
@@ -169,7 +170,7 @@ def _task_obj(env, seed: int) -> str:
 
 def test_lamp_examine_look_and_inventory_strings():
     env = _env(task_types=["look_at_obj_in_light"])
-    observation, info = env.reset(seed=0)
+    observation, _ = env.reset(seed=0)
     middle = observation.split("\n\n")[1]
     assert env.step("look").observation == middle
     assert env.step("inventory").observation == "You are not carrying anything."

@@ -142,5 +142,6 @@ def test_real_alfworld_matches_the_lite_grammar():
             info = result.info
     # the lite env's commands use the verbs of the real (>= 0.4) grammar
     _, lite_info = lite.reset(task_id="unseen/0")
-    real_verbs = {"go", "open", "close", "take", "move", "heat", "cool", "clean", "use", "examine", "inventory", "look", "help"}
+    real_verbs = {"go", "open", "close", "take", "move", "heat", "cool", "clean", "use", "examine"}
+    real_verbs |= {"inventory", "look", "help"}
     assert {a.split()[0] for a in lite_info["admissible_actions"]} <= real_verbs

@@ -110,7 +110,7 @@ def test_prompts_are_short_and_carry_the_feedback():
     messages = builder.step_messages(initial, history, observation, info)
     content = messages[0]["content"]
     assert len(content) < 300
-    for (_, guess), feedback in zip(history, [obs for obs, _ in history[1:]] + [observation]):
+    for (_, guess), feedback in zip(history, [obs for obs, _ in history[1:]] + [observation], strict=True):
         assert f"Guess {guess}: {feedback}" in content
     last_only = make_prompt_builder("guess_number", history_length=1).step_messages(initial, history, observation, info)
     assert f"Guess {history[0][1]}:" not in last_only[0]["content"] and observation in last_only[0]["content"]

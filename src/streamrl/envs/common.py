@@ -109,7 +109,7 @@ class EnvPool:
         async def one(env: AsyncEnv, action: str | None) -> StepResult | None:
             return None if action is None else await env.step(action)
 
-        return await asyncio.gather(*(one(env, action) for env, action in zip(self.envs, actions)))
+        return await asyncio.gather(*(one(env, action) for env, action in zip(self.envs, actions, strict=True)))
 
     async def close(self) -> None:
         await asyncio.gather(*(env.close() for env in self.envs))

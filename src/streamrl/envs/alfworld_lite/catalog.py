@@ -84,7 +84,8 @@ _BATH = "countertop cabinet toilet bathtubbasin sinkbasin shelf drawer"
 
 def _kind(name: str, cls: str, homes: str, flags: str = "") -> ObjectKind:
     unknown = set(homes.split()) - RECEPTACLES.keys()
-    assert not unknown, f"{name}: unknown receptacle kinds {unknown}"
+    if unknown:
+        raise ValueError(f"alfworld_lite catalog: {name} names unknown receptacle kinds {sorted(unknown)}")
     return ObjectKind(
         name,
         cls,
@@ -304,7 +305,11 @@ TASK_TYPES: dict[str, TaskType] = {
     t.name: t
     for t in [
         TaskType(1, "pick_and_place_simple", ("put a {obj} in {recep}", "put some {obj} on {recep}")),
-        TaskType(2, "look_at_obj_in_light", ("look at {obj} under the {toggle}", "examine the {obj} with the {toggle}")),
+        TaskType(
+            2,
+            "look_at_obj_in_light",
+            ("look at {obj} under the {toggle}", "examine the {obj} with the {toggle}"),
+        ),
         TaskType(
             3,
             "pick_clean_then_place_in_recep",

@@ -10,7 +10,14 @@ from streamrl.envs.alfworld_lite import text
 from streamrl.envs.alfworld_lite.catalog import TASK_TYPES, resolve_task_type
 from streamrl.envs.alfworld_lite.expert import expert_plan
 from streamrl.envs.alfworld_lite.generator import SPLITS, Episode, GeneratorConfig, generate
-from streamrl.envs.alfworld_lite.rules import GRAMMARS, Command, admissible_commands, apply_command, parse_command, render_command
+from streamrl.envs.alfworld_lite.rules import (
+    GRAMMARS,
+    Command,
+    admissible_commands,
+    apply_command,
+    parse_command,
+    render_command,
+)
 from streamrl.envs.alfworld_lite.task import Task
 from streamrl.envs.alfworld_lite.world import World
 from streamrl.envs.base import Env, EnvSpec, StepResult
@@ -20,10 +27,11 @@ class AlfworldLiteEnv(Env):
     """An ALFWorld-compatible text household (see ``streamrl.envs.alfworld_lite``).
 
     Options: ``grammar`` ("v2" = alfworld >= 0.4, or "legacy" = ``put X in/on Y``, ``loc N``),
-    ``max_steps`` (50), ``expert_plan`` (put the privileged expert's remaining plan in ``info``;
-    costs about as much as a step), ``seed`` (for ``reset()`` with neither seed nor task id), and
-    the train-split difficulty knobs ``hidden_prob``, ``distractors``, ``max_receptacles`` and
-    ``task_types`` (names or ALFWorld ids 1-6) of ``GeneratorConfig``.
+    ``max_steps`` (50), ``expert_plan`` (put the privileged expert's remaining plan in ``info``,
+    as ALFWorld's train mode does; it adds roughly half to a step's cost), ``seed`` (for a
+    ``reset()`` with neither seed nor task id), and the train-split difficulty knobs
+    ``hidden_prob``, ``distractors``, ``max_receptacles`` and ``task_types`` (names or ALFWorld
+    ids 1-6) of ``GeneratorConfig``.
 
     Task ids are ``train/<n>``, ``seen/<n>`` (n < 140) and ``unseen/<n>`` (n < 134). An eval id
     means the same task under any options; a train id means the same task under the same knobs.
@@ -46,8 +54,8 @@ class AlfworldLiteEnv(Env):
             raise ValueError(f"alfworld_lite: max_steps must be >= 1, got {max_steps}")
         if isinstance(distractors, int):
             distractors = (distractors, distractors)
-        types = TASK_TYPES if task_types is None else [resolve_task_type(t).name for t in task_types]
-        self.config = GeneratorConfig(hidden_prob, tuple(distractors), max_receptacles, tuple(types))
+        types = tuple(TASK_TYPES) if task_types is None else tuple(resolve_task_type(t).name for t in task_types)
+        self.config = GeneratorConfig(hidden_prob, tuple(distractors), max_receptacles, types)
         self.grammar = grammar
         self.include_expert_plan = expert_plan
         self.spec = EnvSpec(

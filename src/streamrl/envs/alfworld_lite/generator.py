@@ -70,7 +70,9 @@ class GeneratorConfig:
             raise ValueError(f"alfworld_lite: hidden_prob must be in [0, 1], got {self.hidden_prob}")
         low, high = self.distractors
         if not 0 <= low <= high:
-            raise ValueError(f"alfworld_lite: distractors must be (min, max) with 0 <= min <= max, got {self.distractors}")
+            raise ValueError(
+                f"alfworld_lite: distractors must be (min, max) with 0 <= min <= max, got {self.distractors}"
+            )
         if self.max_receptacles is not None and self.max_receptacles < 3:
             raise ValueError(f"alfworld_lite: max_receptacles must be >= 3 or None, got {self.max_receptacles}")
         if not self.task_types:
@@ -330,7 +332,7 @@ def _build_world(
     receptacles: dict[str, Receptacle] = {}
     items: dict[str, Item] = {}
     item_numbers: dict[str, int] = {}
-    for slot, loc in zip(sorted(slots), locs):
+    for slot, loc in zip(sorted(slots), locs, strict=True):
         name = slot_names[slot]
         receptacle = Receptacle(name, slot[0], RECEPTACLES[slot[0]].openable, loc=loc)
         for kind in contents[slot]:

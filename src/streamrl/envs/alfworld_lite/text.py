@@ -44,7 +44,8 @@ def room_listing_order(world: World) -> list[str]:
 
 
 def middle_of_room(world: World) -> str:
-    return f"You are in the middle of a room. Looking quickly around you, you see {render_list(room_listing_order(world))}."
+    listing = render_list(room_listing_order(world))
+    return f"You are in the middle of a room. Looking quickly around you, you see {listing}."
 
 
 def initial_observation(world: World, goal: str) -> str:

@@ -77,7 +77,7 @@ class World:
             contents = ",".join(sorted(r.contents, key=name_key))
             parts.append(f"{r.name}:{'o' if r.is_open else 'c'}:{contents}")
         for i in sorted(self.items.values(), key=lambda i: name_key(i.name)):
-            flags = "".join(f for f, on in zip("hckl", (i.hot, i.cool, i.clean, i.on)) if on)
+            flags = "".join(f for f, on in zip("hckl", (i.hot, i.cool, i.clean, i.on), strict=True) if on)
             if flags:
                 parts.append(f"{i.name}:{flags}")
         return ";".join(parts)
