@@ -94,8 +94,8 @@ def test_junk_actions_end_in_truncation_at_the_cap(name):
     env = make(name)
     trace = _run(name, _first_task(env), lambda info: "xyzzy plugh")
     _, reward, terminated, truncated, info = trace[-1]
-    if not terminated:
-        assert truncated and info["reason"] and len(trace) - 1 == env.spec.max_steps
+    if not terminated:  # some caps (tool calls, tokens) may truncate before max_steps
+        assert truncated and info["reason"] and len(trace) - 1 <= env.spec.max_steps
         assert reward == 0.0
 
 
@@ -106,7 +106,9 @@ def test_same_task_and_actions_give_the_same_episode(name):
     first = _run(name, task_id, _policy(7))
     second = _run(name, task_id, _policy(7))
     assert [step[:4] for step in first] == [step[:4] for step in second]
-    assert [step[4] for step in first] == [step[4] for step in second]
+    keys = (*STANDARD_INFO_KEYS, "anchor", "reason")  # other keys may carry timings
+    for step_a, step_b in zip(first, second, strict=True):
+        assert {k: step_a[4].get(k) for k in keys} == {k: step_b[4].get(k) for k in keys}
 
 
 @pytest.mark.parametrize("name", EMBEDDED)

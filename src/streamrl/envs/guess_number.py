@@ -81,6 +81,8 @@ class GuessNumberEnv(Env):
         if options:
             raise ValueError(f"guess_number.reset: unknown options {sorted(options)} (it takes none)")
         if task_id is None:
+            if seed is not None and seed < 0:
+                raise ValueError(f"guess_number.reset: seed must be >= 0, got {seed}")
             task_id = f"train/{seed if seed is not None else self._rng.randrange(2**31)}"
         self._secret = secret_for(task_id)
         self._task_id = task_id
