@@ -95,3 +95,46 @@ class ToyPromptBuilder(PromptBuilder):
 
 def ok_policy(prompt: str) -> str:
     return "<a>ok</a>"
+
+
+def make_record(prompt_id: str = "t:2", request_id: str = "req-0", version: int = 0, **extra: Any):
+    from streamrl.rollout import DispatchRecord
+
+    return DispatchRecord(request_id=request_id, prompt_id=prompt_id, seq=0, policy_version=version, **extra)
+
+
+async def play(engine, env: Env | None = None, prompt_id: str = "t:2", settings=None, parser=None, builder=None):
+    """One episode through ``EpisodeRunner`` with the toy parser and builder."""
+    from streamrl.envs.base import AsyncEnv
+    from streamrl.rollout import EpisodeRunner
+
+    runner = EpisodeRunner(engine, engine.codec, parser or ToyParser(), builder or ToyPromptBuilder(), settings)
+    env = env or ToyEnv()
+    try:
+        return await runner.run(AsyncEnv(env), make_record(prompt_id))
+    finally:
+        env.close()
+
+
+class RecordingEngine:
+    """Wraps an engine and keeps every (request, result) pair, to compare with samples."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.codec = inner.codec
+        self.calls: list = []
+
+    @property
+    def version(self) -> int:
+        return self.inner.version
+
+    async def generate(self, request):
+        result = await self.inner.generate(request)
+        self.calls.append((request, result))
+        return result
+
+    def update_weights(self, state_dict, version):
+        self.inner.update_weights(state_dict, version)
+
+    async def close(self):
+        await self.inner.close()
