@@ -215,17 +215,18 @@ class AlfworldRealEnv(Env):
     def _info(self, observation: str, infos: dict[str, Any], *, effective: bool) -> dict[str, Any]:
         won = bool(infos["won"][0])
         self._admissible = list(infos["admissible_commands"][0])
+        actions = list(self._admissible)  # a copy: callers may edit it
         info: dict[str, Any] = {
             "won": won,
             "score": 1.0 if won else 0.0,
-            "admissible_actions": list(self._admissible),
+            "admissible_actions": actions,
             "format_valid": True,
             "action_effective": effective,
             "task_id": self._task_id,
             "task_type": task_type_of(self._gamefile),
             "step": self._steps,
             "anchor": f"{self._task_id}|{observation}",  # the raw observation, as verl-agent's GiGPO
-            "admissible_commands": self._admissible,
+            "admissible_commands": actions,
             "gamefile": self._gamefile,
         }
         if "extra.expert_plan" in infos:

@@ -181,17 +181,18 @@ class AlfworldLiteEnv(Env):
 
     def _info(self, *, won: bool, effective: bool) -> dict[str, Any]:
         episode = self._episode
+        actions = list(self._admissible_text)  # a copy: callers may edit it
         info: dict[str, Any] = {
             "won": won,
             "score": 1.0 if won else 0.0,
-            "admissible_actions": list(self._admissible_text),
+            "admissible_actions": actions,
             "format_valid": True,
             "action_effective": effective,
             "task_id": episode.task_id,
             "task_type": self.task.type.name,
             "step": self._steps,
             "anchor": f"{episode.task_id}|{self._world.digest()}",
-            "admissible_commands": self._admissible_text,  # ALFWorld's name for the same list
+            "admissible_commands": actions,  # ALFWorld's name for the same list
             "gamefile": episode.gamefile,
             "goal": self.task.goal,
         }
