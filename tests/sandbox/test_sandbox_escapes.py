@@ -16,7 +16,7 @@ import pytest
 
 from streamrl.sandbox import SandboxLimits, arun_python, max_concurrency, run_python
 
-from .leaks import BEST_LEVEL, HAS_CGROUP, LEVELS_HERE, kill_all, survivors
+from .leaks import HAS_CGROUP, LEVELS_HERE, kill_all, survivors
 
 SHORT = 1.0  # wall timeout for the rows that must be killed
 
@@ -96,7 +96,7 @@ def test_background_child_that_calls_setsid_is_killed(level, cgroup):
     )
     result = run_python(code, isolation=level, cgroup=cgroup)
     assert result.status == "ok"
-    left = survivors(result.run_id, wait_s=1.0)
+    left = survivors(result.run_id, wait_s=0.5)
     kill_all(left)  # an expected failure must not leave the sleeper behind
     if left and level in ("process", "process+netns") and not cgroup:
         pytest.xfail(f"{level} without a cgroup: a child that left the process group outlives the run")
@@ -229,7 +229,8 @@ def test_fifty_concurrent_runs_respect_the_concurrency_limit():
     code = "import time\nstart = time.time()\ntime.sleep(0.02)\nprint(start, time.time())"
 
     async def many():
-        return await asyncio.gather(*(arun_python(code, timeout=30.0) for _ in range(50)))
+        # the lightest level keeps this quick; the gate is the same for every level
+        return await asyncio.gather(*(arun_python(code, timeout=30.0, isolation="process") for _ in range(50)))
 
     results = asyncio.run(many())
     assert all(r.status == "ok" for r in results)
@@ -242,4 +243,4 @@ def test_fifty_concurrent_runs_respect_the_concurrency_limit():
         running += delta
         peak = max(peak, running)
     assert peak <= max_concurrency()
-    assert {r.isolation for r in results} == {BEST_LEVEL}
+    assert {r.isolation for r in results} == {"process"}

@@ -1,0 +1,122 @@
+"""The one-shot runner's contract: statuses, outputs, isolation reporting, bad input, async use."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psutil
+import pytest
+
+from streamrl.sandbox import LEVELS, SandboxLimits, arun_python, isolation_level, resolve_isolation, run_python
+from streamrl.sandbox._child import compile_cell
+
+from .leaks import BEST_LEVEL, LEVELS_HERE, alive
+
+
+def test_isolation_level_is_the_strongest_available_and_every_result_reports_its_own():
+    assert isolation_level() == BEST_LEVEL
+    assert LEVELS_HERE[0] == "process" and all(level in LEVELS for level in LEVELS_HERE)
+    assert run_python("pass").isolation == BEST_LEVEL
+    assert run_python("pass", isolation="process").isolation == "process"
+
+
+def test_stateless_runs_share_nothing():
+    first = run_python("secret = 42\nopen('note.txt', 'w').write('x')\nprint(secret)")
+    second = run_python("import os\nprint(os.path.exists('note.txt'))\nprint(secret)")
+    assert first.stdout == "42\n"
+    assert second.stdout == "False\n"
+    assert second.status == "error" and second.error == "NameError: name 'secret' is not defined"
+
+
+def test_error_line_is_the_last_traceback_line_and_stdout_before_it_is_kept():
+    result = run_python("print('before')\nimport math\nmath.sqrt(-1)")
+    assert result.status == "error" and result.returncode == 1
+    assert result.stdout == "before\n"
+    assert result.error == "ValueError: math domain error"
+    assert result.stderr.startswith("Traceback") and "sandbox" not in result.stderr.lower()
+
+
+def test_syntax_error_and_exit_codes():
+    assert run_python("def (:").error.startswith("SyntaxError")
+    assert run_python("import sys\nsys.exit(0)").status == "ok"
+    exited = run_python("import sys\nsys.exit(3)")
+    assert exited.status == "error" and exited.returncode == 3
+
+
+def test_echo_last_expression_prints_its_repr_only_when_asked():
+    code = "x = [1, 2]\nx + [3]"
+    assert run_python(code).stdout == ""
+    assert run_python(code, echo_last_expr=True).stdout == "[1, 2, 3]\n"
+    assert run_python("print('a')", echo_last_expr=True).stdout == "a\n"  # None is not echoed
+
+
+def test_compile_cell_splits_only_a_final_bare_expression():
+    body, last = compile_cell("a = 1\na + 1", "<t>", echo_last_expr=True)
+    assert last is not None
+    namespace: dict = {}
+    exec(body, namespace)
+    assert eval(last, namespace) == 2
+    assert compile_cell("a = 1", "<t>", echo_last_expr=True)[1] is None
+    assert compile_cell("a = 1\na", "<t>", echo_last_expr=False)[1] is None
+
+
+def test_numeric_libraries_and_unicode_work_inside():
+    result = run_python("import fractions, decimal, statistics\nprint(fractions.Fraction(1, 3) + 1, 'π≈3.14')")
+    assert result.status == "ok" and result.stdout == "4/3 π≈3.14\n"
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"timeout": 0}, "timeout_s"),
+        ({"timeout": float("nan")}, "timeout_s"),
+        ({"memory_mb": 8}, "memory_mb"),
+        ({"isolation": "chroot"}, "unknown sandbox isolation"),
+    ],
+)
+def test_bad_arguments_raise_clear_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        run_python("pass", **kwargs)
+
+
+def test_non_string_code_is_a_type_error():
+    with pytest.raises(TypeError, match="code must be a str"):
+        run_python(b"print(1)")  # type: ignore[arg-type]
+
+
+def test_limits_object_is_used_and_overridden_by_keywords():
+    limits = SandboxLimits(timeout_s=3.0, max_output_bytes=1000)
+    result = run_python("print('y' * 5000)", limits=limits)
+    assert result.status == "output_limit" and len(result.stdout.encode()) <= 1000
+    with pytest.raises(ValueError, match="max_output_bytes"):
+        SandboxLimits(max_output_bytes=10)
+
+
+def test_sync_runner_works_inside_a_running_event_loop():
+    async def inside():
+        return run_python("print(6 * 7)")
+
+    assert asyncio.run(inside()).stdout == "42\n"
+
+
+def test_cancelling_an_async_run_kills_it_and_cleans_up():
+    async def cancel_midway():
+        task = asyncio.ensure_future(arun_python("import time\nprint('started', flush=True)\ntime.sleep(30)", timeout=30))
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_midway())
+    assert not [child for child in psutil.Process().children(recursive=True) if alive(child)]
+    # (the autouse fixture also checks that the work dir is gone)
+
+
+def test_resolve_isolation_refuses_a_level_this_machine_lacks(monkeypatch):
+    from streamrl.sandbox import isolation as iso
+
+    only_process = {"process": resolve_isolation("process")}
+    monkeypatch.setattr(iso, "available_isolations", lambda: only_process)
+    with pytest.raises(ValueError, match="not available on this machine"):
+        iso.resolve_isolation("bwrap")
+    assert iso.resolve_isolation("auto").level == "process"
