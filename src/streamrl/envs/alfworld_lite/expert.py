@@ -15,7 +15,7 @@ import re
 from itertools import permutations
 
 from streamrl.envs.alfworld_lite.catalog import APPLIANCES, OBJECTS, TASK_TYPES, can_contain
-from streamrl.envs.alfworld_lite.rules import Command, render_command
+from streamrl.envs.alfworld_lite.rules import Command, parse_command, render_command
 from streamrl.envs.alfworld_lite.task import TREATMENT_FLAG, Task
 from streamrl.envs.alfworld_lite.world import World, kind_of, name_key
 
@@ -231,7 +231,7 @@ class SearchingExpert:
         holding_target = self.held is not None and kind_of(self.held) == task.obj
         if task.recep is None:
             if not holding_target:
-                return self._acquire(admissible)
+                return self._acquire()
             lamp = self._find(task.toggle)
             if lamp is None:
                 return self._explore(task.toggle)
@@ -239,11 +239,11 @@ class SearchingExpert:
                 return f"go to {lamp[1]}"
             return f"use {lamp[0]}"
         if not holding_target:
-            return self._acquire(admissible)
+            return self._acquire()
         if task.type.treatment is not None and not self.treated:
-            appliance = next(r for r in self.receptacles if kind_of(r) == APPLIANCES[task.type.treatment])
-            if self.location != appliance and kind_of(self.location or "") != kind_of(appliance):
-                return f"go to {appliance}"
+            appliance_kind = APPLIANCES[task.type.treatment]
+            if self.location is None or kind_of(self.location) != appliance_kind:
+                return f"go to {next(r for r in self.receptacles if kind_of(r) == appliance_kind)}"
             return f"{task.type.treatment} {self.held} with {self.location}"
         destination = next(iter(self.placed.values()), None) or next(
             r for r in self.receptacles if kind_of(r) == task.recep
@@ -252,10 +252,9 @@ class SearchingExpert:
             return f"go to {destination}"
         if destination in self.closed:
             return f"open {destination}"
-        return next(
-            (a for a in admissible if a.split(" ")[0] in ("move", "put") and a.endswith(destination)),
-            "look",
-        )
+        # the put command in whichever grammar the environment lists
+        put = ("move", self.held, destination)
+        return next((a for a in admissible if parse_command(a) == put), "look")
 
     def _find(self, kind: str) -> tuple[str, str] | None:
         """A known (item, receptacle) of ``kind`` not already placed by us."""
@@ -265,7 +264,7 @@ class SearchingExpert:
                     return item, receptacle
         return None
 
-    def _acquire(self, admissible: set[str]) -> str:
+    def _acquire(self) -> str:
         found = self._find(self.task.obj)
         if found is None:
             return self._explore(self.task.obj)

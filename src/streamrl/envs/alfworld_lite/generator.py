@@ -264,7 +264,7 @@ def _place_targets(
     closed = [slot for slot in homes if RECEPTACLES[slot[0]].openable]
     open_ = [slot for slot in homes if not RECEPTACLES[slot[0]].openable]
     for _ in range(count):
-        hide = closed and (rng.random() < hidden_prob or not open_)
+        hide = bool(closed) and (rng.random() < hidden_prob or not open_)
         contents[rng.choice(closed if hide else open_)].append(task.obj)
     return True
 
