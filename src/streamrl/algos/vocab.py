@@ -61,10 +61,10 @@ class _ActionLogProbs(torch.autograd.Function):
         out = torch.empty(logits.shape[0], dtype=dtype, device=logits.device)
         lse = torch.empty_like(out)
         for rows in _row_chunks(*logits.shape):
-            masked = mask_excluded_logits(logits[rows].to(dtype), excluded)
+            masked = mask_excluded_logits(logits[rows].to(dtype), excluded)  # a fresh chunk copy
             shift = masked.max(dim=-1).values
-            log_sum = (masked - shift[:, None]).exp().sum(dim=-1).log()
             picked = masked.gather(1, tokens[rows, None]).squeeze(1)
+            log_sum = masked.sub_(shift[:, None]).exp_().sum(dim=-1).log()  # in place on the copy
             out[rows] = (picked - shift) - log_sum
             lse[rows] = shift + log_sum
         ctx.save_for_backward(logits, tokens, excluded, lse)
@@ -75,8 +75,8 @@ class _ActionLogProbs(torch.autograd.Function):
         logits, tokens, excluded, lse = ctx.saved_tensors
         grad = torch.empty_like(logits)
         for rows in _row_chunks(*logits.shape):
-            probs = (mask_excluded_logits(logits[rows].to(lse.dtype), excluded) - lse[rows, None]).exp()
-            local = -grad_out[rows, None] * probs
+            local = mask_excluded_logits(logits[rows].to(lse.dtype), excluded)
+            local.sub_(lse[rows, None]).exp_().mul_(-grad_out[rows, None])  # -g * p, in place
             local.scatter_add_(1, tokens[rows, None], grad_out[rows, None])
             grad[rows] = local.to(grad.dtype)
         return grad, None, None
