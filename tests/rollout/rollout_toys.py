@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from streamrl.envs.base import ActionParser, Env, EnvSpec, ParsedAction, PromptBuilder, StepResult
+from streamrl.policy.scripted import ScriptedEngine
 
 
 class ToyEnv(Env):
@@ -14,7 +15,8 @@ class ToyEnv(Env):
     ``"ok"`` (0 otherwise). Each step says ``obs <n>``; ``step_delay_s`` sleeps in the thread.
 
     Faults for tests: ``raise_on`` = {"reset"} or {"step"}; ``hang_on_step`` blocks the step until
-    ``close`` is called (or ``hang_limit_s`` passes), as a hung tool would.
+    ``close`` is called (or ``hang_limit_s`` passes), as a hung tool would. Task names can ask for
+    them too: ``boom...`` raises on step, ``hang...`` hangs on step 1, ``slow...`` sleeps 50 ms a step.
     """
 
     spec = EnvSpec(name="toy", max_steps=20)
@@ -37,6 +39,12 @@ class ToyEnv(Env):
             raise RuntimeError("reset exploded")
         name, _, turns = (task_id or "t:2").partition(":")
         self.turns = int(turns or 2)
+        if name.startswith("boom"):
+            self.raise_on = {"step"}
+        if name.startswith("hang"):
+            self.hang_on_step = 1
+        if name.startswith("slow"):
+            self.step_delay_s = 0.05
         self.step_count = 0
         self.all_ok = True
         return f"start {name}", {"won": False, "task_type": "toy", "task_id": task_id, "step": 0}
@@ -138,3 +146,68 @@ class RecordingEngine:
 
     async def close(self):
         await self.inner.close()
+
+
+class RecordingSource:
+    """Uniform choice; freezes ``baseline = seq / 100`` and ``z = version``; records every hook."""
+
+    def __init__(self, prompt_ids: list[str]):
+        self.pool = list(prompt_ids)
+        self.dispatches: list[str] = []
+        self.results: list[str] = []
+        self.published: list[int] = []
+        self.version = 0
+
+    def prompt_ids(self):
+        return self.pool
+
+    def select(self, candidates, rng):
+        return rng.choice(list(candidates))
+
+    def on_dispatch(self, prompt_id):
+        from streamrl.rollout import DispatchMeta
+
+        self.dispatches.append(prompt_id)
+        return DispatchMeta(z=float(self.version), baseline=len(self.dispatches) / 100, extra={"n": len(self.dispatches)})
+
+    def on_result(self, trajectory):
+        self.results.append(trajectory.request_id)
+
+    def on_publish(self, version):
+        self.published.append(version)
+        self.version = version
+
+
+def make_rollout(prompts, *, engine=None, env_factory=ToyEnv, source=None, log=None, episode=None, **settings):
+    from streamrl.rollout import EpisodeSettings, Rollout, RolloutSettings, UniformPromptSource
+
+    engine = engine or ScriptedEngine(ok_policy, latency_s=0.002)
+    return Rollout(
+        engine=engine,
+        codec=engine.codec,
+        env_factory=env_factory,
+        parser=ToyParser(),
+        prompt_builder=ToyPromptBuilder(),
+        source=source or UniformPromptSource(prompts),
+        settings=RolloutSettings(episode=episode or EpisodeSettings(env_timeout_s=0.5), **settings),
+        event_log=log,
+    )
+
+
+def env_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("streamrl-env") and t.is_alive()]
+
+
+async def learn(rollout, engine, batches: int, pause_s: float = 0.0) -> list[list]:
+    """A fake learner: take a batch, optionally 'train', publish the next version."""
+    import asyncio
+
+    received = []
+    for _ in range(batches):
+        batch = await rollout.next_batch()
+        received.append(batch)
+        if pause_s:
+            await asyncio.sleep(pause_s)
+        engine.update_weights({}, rollout.learner_version + 1)
+        rollout.publish(rollout.learner_version + 1)
+    return received
