@@ -322,3 +322,16 @@ def test_sapo_value_loss_is_in_normalised_units():
     assert float(loss) == 0.0
     loss = sapo_value_loss(torch.tensor([[0.0]]), torch.tensor([[0.0]]), torch.tensor([[2.0]]), torch.ones(1, 1), r_max=4.0)
     assert float(loss) == pytest.approx(0.5 * 0.5**2)
+
+
+def test_excluded_ids_may_be_given_as_a_tensor():
+    logits = torch.randn(4, VOCAB, generator=_gen(2))
+    tokens = torch.tensor([0, 1, 2, 4])
+    as_tuple = action_log_probs(logits, tokens, (POS, NEG))
+    as_tensor = action_log_probs(logits, tokens, torch.tensor([POS, NEG]))
+    assert torch.equal(as_tuple, as_tensor)
+    assert torch.equal(entropy(logits, (POS, NEG)), entropy(logits, torch.tensor([POS, NEG])))
+    masked = mask_excluded_logits(logits, torch.tensor([POS]))
+    assert torch.isinf(masked[:, POS]).all() and torch.equal(masked[:, NEG], logits[:, NEG])
+    with pytest.raises(ValueError, match="excluded_ids must lie in"):
+        mask_excluded_logits(logits, torch.tensor([VOCAB]))

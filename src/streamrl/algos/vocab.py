@@ -33,19 +33,26 @@ def _row_chunks(rows: int, vocab: int) -> Iterator[slice]:
         yield slice(start, min(start + step, rows))
 
 
-def _excluded_tensor(excluded_ids: Sequence[int], vocab: int, device: torch.device) -> torch.Tensor:
-    ids = torch.as_tensor(list(excluded_ids), dtype=torch.long, device=device)
+def _excluded_tensor(excluded_ids: Sequence[int] | torch.Tensor, vocab: int, device: torch.device) -> torch.Tensor:
+    """Excluded ids as a long tensor on ``device``, checked to lie inside the vocabulary."""
+    if isinstance(excluded_ids, torch.Tensor):
+        ids = excluded_ids.to(device=device, dtype=torch.long).reshape(-1)
+    else:
+        ids = torch.as_tensor(list(excluded_ids), dtype=torch.long, device=device)
     if ids.numel() and (bool((ids < 0).any()) or bool((ids >= vocab).any())):
-        raise ValueError(f"excluded_ids must lie in [0, {vocab - 1}], got {list(excluded_ids)}")
+        raise ValueError(f"excluded_ids must lie in [0, {vocab - 1}], got {ids.tolist()}")
     return ids
 
 
 def mask_excluded_logits(logits: torch.Tensor, excluded_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
     """A copy of ``logits`` ``[..., V]`` with the excluded ids set to ``-inf`` (what a sampler uses)."""
-    ids = excluded_ids if isinstance(excluded_ids, torch.Tensor) else _excluded_tensor(
-        excluded_ids, logits.shape[-1], logits.device
-    )
+    ids = _excluded_tensor(excluded_ids, logits.shape[-1], logits.device)
     return logits.index_fill(-1, ids, float("-inf"))
+
+
+def _mask_chunk(chunk: torch.Tensor, excluded: torch.Tensor) -> torch.Tensor:
+    # ``excluded`` was validated once by the caller; chunks skip the per-call check
+    return chunk.index_fill(-1, excluded, float("-inf"))
 
 
 class _ActionLogProbs(torch.autograd.Function):
@@ -61,7 +68,7 @@ class _ActionLogProbs(torch.autograd.Function):
         out = torch.empty(logits.shape[0], dtype=dtype, device=logits.device)
         lse = torch.empty_like(out)
         for rows in _row_chunks(*logits.shape):
-            masked = mask_excluded_logits(logits[rows].to(dtype), excluded)  # a fresh chunk copy
+            masked = _mask_chunk(logits[rows].to(dtype), excluded)  # a fresh chunk copy
             shift = masked.max(dim=-1).values
             picked = masked.gather(1, tokens[rows, None]).squeeze(1)
             log_sum = masked.sub_(shift[:, None]).exp_().sum(dim=-1).log()  # in place on the copy
@@ -75,7 +82,7 @@ class _ActionLogProbs(torch.autograd.Function):
         logits, tokens, excluded, lse = ctx.saved_tensors
         grad = torch.empty_like(logits)
         for rows in _row_chunks(*logits.shape):
-            local = mask_excluded_logits(logits[rows].to(lse.dtype), excluded)
+            local = _mask_chunk(logits[rows].to(lse.dtype), excluded)
             local.sub_(lse[rows, None]).exp_().mul_(-grad_out[rows, None])  # -g * p, in place
             local.scatter_add_(1, tokens[rows, None], grad_out[rows, None])
             grad[rows] = local.to(grad.dtype)
@@ -90,7 +97,7 @@ class _ActionEntropy(torch.autograd.Function):
 
     @staticmethod
     def _probs_and_logits(chunk: torch.Tensor, excluded: torch.Tensor, lse: torch.Tensor):
-        probs = (mask_excluded_logits(chunk, excluded) - lse[:, None]).exp()
+        probs = (_mask_chunk(chunk, excluded) - lse[:, None]).exp()
         # where p == 0 (excluded or -inf logits) the product is defined as 0, never 0 * inf
         weighted = torch.where(probs > 0, probs * chunk, torch.zeros_like(chunk))
         return probs, weighted
@@ -102,7 +109,7 @@ class _ActionEntropy(torch.autograd.Function):
         mean_logit = torch.empty_like(lse)
         for rows in _row_chunks(*logits.shape):
             chunk = logits[rows].to(dtype)
-            lse[rows] = torch.logsumexp(mask_excluded_logits(chunk, excluded), dim=-1)
+            lse[rows] = torch.logsumexp(_mask_chunk(chunk, excluded), dim=-1)
             mean_logit[rows] = _ActionEntropy._probs_and_logits(chunk, excluded, lse[rows])[1].sum(-1)
         ctx.save_for_backward(logits, excluded, lse, mean_logit)
         return lse - mean_logit
@@ -121,14 +128,14 @@ class _ActionEntropy(torch.autograd.Function):
 
 
 def action_log_probs(
-    logits: torch.Tensor, tokens: torch.Tensor, excluded_ids: Sequence[int] = ()
+    logits: torch.Tensor, tokens: torch.Tensor, excluded_ids: Sequence[int] | torch.Tensor = ()
 ) -> torch.Tensor:
     """``log pi(token | prefix)`` normalised over the action vocabulary.
 
     Args:
         logits: ``[B, T, V]`` (any leading shape) LM-head logits; ``logits[b, t]`` predicts ``tokens[b, t]``.
         tokens: ``[B, T]`` token ids in ``[0, V)``. Pad masked positions with any action id.
-        excluded_ids: ids outside the action vocabulary (SAPO's value tokens).
+        excluded_ids: ids outside the action vocabulary (SAPO's value tokens), a sequence or tensor.
     Returns:
         ``[B, T]`` log-probs in float32 (float64 for float64 logits).
     Raises:
@@ -146,7 +153,7 @@ def action_log_probs(
     return _ActionLogProbs.apply(logits.reshape(-1, vocab), flat_tokens, excluded).reshape(tokens.shape)
 
 
-def entropy(logits: torch.Tensor, excluded_ids: Sequence[int] = ()) -> torch.Tensor:
+def entropy(logits: torch.Tensor, excluded_ids: Sequence[int] | torch.Tensor = ()) -> torch.Tensor:
     """Entropy of the action-vocabulary policy at each position: ``[B, T, V]`` -> ``[B, T]``."""
     vocab = logits.shape[-1]
     excluded = _excluded_tensor(excluded_ids, vocab, logits.device)
