@@ -127,9 +127,9 @@ async def play(engine, env: Env | None = None, prompt_id: str = "t:2", settings=
 class RecordingEngine:
     """Wraps an engine and keeps every (request, result) pair, to compare with samples."""
 
-    def __init__(self, inner):
+    def __init__(self, inner, codec=None):
         self.inner = inner
-        self.codec = inner.codec
+        self.codec = codec or inner.codec
         self.calls: list = []
 
     @property

@@ -26,12 +26,15 @@ def run(engine, turns: int, **episode) -> object:
     return asyncio.run(play(engine, ToyEnv(), f"t:{turns}", EpisodeSettings(**episode)))
 
 
-def check_masks(sample, trajectory, calls, codec: CharCodec) -> None:
+def check_masks(sample, trajectory, calls, codec: CharCodec | None) -> None:
+    """The section 5.3 properties; ``codec`` also checks the decoded text (exact for CharCodec)."""
     ids, mask, logprobs = sample.token_ids, sample.action_mask, sample.rollout_logprobs
     assert len(ids) == len(mask) == len(logprobs)
     results = [result for _, result in calls]
     assert sum(mask) == sum(len(r.token_ids) for r in results) == trajectory.num_action_tokens
-    assert codec.decode([i for i, m in zip(ids, mask) if m]) == "".join(r.text for r in results)
+    assert [i for i, m in zip(ids, mask) if m] == [i for r in results for i in r.token_ids]
+    if codec is not None:
+        assert codec.decode([i for i, m in zip(ids, mask) if m]) == "".join(r.text for r in results)
     inside = set()
     for (start, end), (request, result) in zip(sample.turn_spans, calls):
         assert ids[start:end] == result.token_ids

@@ -182,7 +182,9 @@ class EpisodeRunner:
             step = await self._env_call(env.step(parsed.action), "step")
             if not isinstance(step, StepResult) or not isinstance(step.info, dict):
                 raise _EpisodeEnded("env_error", f"env.step returned {type(step).__name__}, not StepResult")
-            info = {**step.info, "format_valid": parsed.format_valid}
+            # the parser judges the format; an environment may reject it too (e.g. an out-of-range guess)
+            format_valid = parsed.format_valid and bool(step.info.get("format_valid", True))
+            info = {**step.info, "format_valid": format_valid}
             trajectory.turns.append(
                 Turn(
                     context_ids=context,
@@ -190,7 +192,7 @@ class EpisodeRunner:
                     logprobs=[float(lp) for lp in result.logprobs],
                     action_text=text,
                     action=parsed.action,
-                    format_valid=parsed.format_valid,
+                    format_valid=format_valid,
                     action_effective=bool(info.get("action_effective", True)),
                     reward=float(step.reward),
                     done=bool(step.terminated),
