@@ -88,7 +88,11 @@ def _rows(tracker):
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**31 - 1), n_dispatch=st.integers(1, 40), order_seeds=st.lists(st.integers(0, 10**6), min_size=2, max_size=4))
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    n_dispatch=st.integers(1, 40),
+    order_seeds=st.lists(st.integers(0, 10**6), min_size=2, max_size=4),
+)
 def test_spo_pp_5_7_4_arrival_order_invariance(seed, n_dispatch, order_seeds):
     dispatches, commits = _schedule(seed, n_dispatch)
     runs = [_run(dispatches, commits, s) for s in order_seeds]

@@ -120,7 +120,9 @@ def test_ppo_3_3_masked_observation_tokens_leave_advantages_unchanged(seed, n_ac
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**31 - 1), shape=st.tuples(st.integers(1, 6), st.integers(1, 20)), clip=st.floats(0.05, 2.0))
+@given(
+    seed=st.integers(0, 2**31 - 1), shape=st.tuples(st.integers(1, 6), st.integers(1, 20)), clip=st.floats(0.05, 2.0)
+)
 def test_ppo_3_4_critic_loss(seed, shape, clip):
     gen = _gen(seed)
     mask = torch.rand(shape, generator=gen) < 0.7
@@ -205,9 +207,7 @@ def test_outcome_token_rewards_place_outcome_on_last_action_token():
     mask = torch.tensor([[1, 1, 0, 1, 0], [0, 0, 0, 0, 0], [1, 0, 0, 0, 0]])
     penalty = torch.full((3, 5), 0.1)
     rewards = outcome_token_rewards(torch.tensor([1.0, 2.0, 3.0]), mask, kl_penalty=penalty)
-    expected = torch.tensor(
-        [[-0.1, -0.1, 0.0, 0.9, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0], [2.9, 0.0, 0.0, 0.0, 0.0]]
-    )
+    expected = torch.tensor([[-0.1, -0.1, 0.0, 0.9, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0], [2.9, 0.0, 0.0, 0.0, 0.0]])
     torch.testing.assert_close(rewards, expected)
 
 
@@ -221,7 +221,13 @@ def test_outcome_token_rewards_place_outcome_on_last_action_token():
     ],
 )
 def test_gae_bad_input_names_the_problem(kwargs, message):
-    args = {"rewards": torch.zeros(2, 4), "values": torch.zeros(2, 4), "mask": torch.ones(2, 4), "gamma": 1.0, "lam": 1.0}
+    args = {
+        "rewards": torch.zeros(2, 4),
+        "values": torch.zeros(2, 4),
+        "mask": torch.ones(2, 4),
+        "gamma": 1.0,
+        "lam": 1.0,
+    }
     args.update(kwargs)
     with pytest.raises(ValueError, match=message):
         masked_gae(**args)

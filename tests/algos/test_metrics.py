@@ -133,9 +133,7 @@ def test_t_quantile_matches_closed_forms(p):
         assert t_cdf(t_quantile(p, df), df) == pytest.approx(p, abs=1e-12)
 
 
-@pytest.mark.parametrize(
-    "df, expected", [(4, 2.7764451051977987), (9, 2.2621571627409915), (30, 2.0422724563012373)]
-)
+@pytest.mark.parametrize("df, expected", [(4, 2.7764451051977987), (9, 2.2621571627409915), (30, 2.0422724563012373)])
 def test_t_quantile_table_values(df, expected):
     assert t_quantile(0.975, df) == pytest.approx(expected, rel=1e-9)
 

@@ -24,9 +24,7 @@ def _token_sigma(adv: torch.Tensor, lengths: torch.Tensor) -> float:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    items=st.lists(
-        st.tuples(st.integers(0, 4096), st.floats(-100, 100, allow_nan=False)), min_size=1, max_size=64
-    ),
+    items=st.lists(st.tuples(st.integers(0, 4096), st.floats(-100, 100, allow_nan=False)), min_size=1, max_size=64),
     dtype=st.sampled_from([torch.float32, torch.float64]),
 )
 def test_spo_pp_5_7_1_centering(items, dtype):

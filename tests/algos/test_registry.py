@@ -12,8 +12,8 @@ from streamrl.algos import (
     list_policy_losses,
     ppo_policy_loss,
     register_advantage,
+    registry,
 )
-from streamrl.algos import registry
 
 
 def test_builtins_are_registered():

@@ -318,9 +318,13 @@ def test_sapo_token_measure_option_centres_the_token_mean():
 
 def test_sapo_value_loss_is_in_normalised_units():
     # targets beyond R_max are clipped to +-1 in normalised units
-    loss = sapo_value_loss(torch.tensor([[4.0]]), torch.tensor([[4.0]]), torch.tensor([[10.0]]), torch.ones(1, 1), r_max=4.0)
+    loss = sapo_value_loss(
+        torch.tensor([[4.0]]), torch.tensor([[4.0]]), torch.tensor([[10.0]]), torch.ones(1, 1), r_max=4.0
+    )
     assert float(loss) == 0.0
-    loss = sapo_value_loss(torch.tensor([[0.0]]), torch.tensor([[0.0]]), torch.tensor([[2.0]]), torch.ones(1, 1), r_max=4.0)
+    loss = sapo_value_loss(
+        torch.tensor([[0.0]]), torch.tensor([[0.0]]), torch.tensor([[2.0]]), torch.ones(1, 1), r_max=4.0
+    )
     assert float(loss) == pytest.approx(0.5 * 0.5**2)
 
 

@@ -7,12 +7,26 @@ No I/O, no models, no imports from other streamrl packages. Formulas and choices
 
 from streamrl.algos.advantages import sapo_advantages, spo_advantages, spopp_advantages
 from streamrl.algos.aggregation import AGGREGATION_MODES, AggregationMode, aggregate
-from streamrl.algos.beta_memory import BetaPromptMemory, forgetting_factor, offline_prior, policy_drift, sampling_weight
+from streamrl.algos.beta_memory import (
+    BetaPromptMemory,
+    forgetting_factor,
+    offline_prior,
+    policy_drift,
+    prior_strength,
+    sampling_weight,
+)
 from streamrl.algos.event_tracker import EventTimeTracker, MemoryRead
 from streamrl.algos.gae import masked_gae, outcome_token_rewards, token_gae, turn_gae, turn_gae_batched
 from streamrl.algos.grpo import dr_grpo_advantages, grpo_advantages, grpo_group_stats
 from streamrl.algos.layout import broadcast_turns_to_tokens, gather_positions
-from streamrl.algos.losses import check_dual_clip, clipped_surrogate, kl_estimate, ppo_policy_loss, tis_weights, value_loss
+from streamrl.algos.losses import (
+    check_dual_clip,
+    clipped_surrogate,
+    kl_estimate,
+    ppo_policy_loss,
+    tis_weights,
+    value_loss,
+)
 from streamrl.algos.metrics import (
     PairedDifference,
     align_curves,
@@ -87,6 +101,7 @@ __all__ = [
     "paired_difference",
     "policy_drift",
     "ppo_policy_loss",
+    "prior_strength",
     "register_advantage",
     "register_policy_loss",
     "sampling_weight",

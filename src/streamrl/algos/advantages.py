@@ -74,6 +74,10 @@ def sapo_advantages(
         if turn_lengths is None:
             raise ValueError("norm_measure='token' needs turn_lengths (action tokens per turn)")
         _checks.same_shape("gae_advantages", gae_advantages, turn_lengths=turn_lengths, mask=mask)
-        weights = torch.where(mask.bool(), turn_lengths.to(torch.float64), torch.zeros_like(turn_lengths, dtype=torch.float64))
-        return token_measure_whiten(torch.where(mask.bool(), adv, torch.zeros_like(adv)), weights, eps) * mask.to(adv.dtype)
+        weights = torch.where(
+            mask.bool(), turn_lengths.to(torch.float64), torch.zeros_like(turn_lengths, dtype=torch.float64)
+        )
+        return token_measure_whiten(torch.where(mask.bool(), adv, torch.zeros_like(adv)), weights, eps) * mask.to(
+            adv.dtype
+        )
     raise ValueError(f"unknown norm_measure {norm_measure!r} (known: turn, token)")

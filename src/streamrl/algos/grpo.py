@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Hashable, Sequence
+from collections.abc import Hashable, Sequence
 
 import torch
 
@@ -23,8 +23,11 @@ def _group_index(group_ids: torch.Tensor | Sequence[Hashable], n: int, device: t
     return torch.tensor([dense.setdefault(g, len(dense)) for g in ids], dtype=torch.long, device=device)
 
 
-def _group_moments(rewards: torch.Tensor, group_ids: torch.Tensor | Sequence[Hashable]):
-    """Per-item group index and per-group count, mean, unbiased std and degeneracy (float64).
+def _group_moments(
+    rewards: torch.Tensor, group_ids: torch.Tensor | Sequence[Hashable]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(index [n], count [G], centred [n], std [G], degenerate [G])`` in float64: each item's
+    group, group sizes, rewards minus their group mean, unbiased group std, degeneracy.
 
     A group is degenerate when it has fewer than 2 members or all members share one outcome.
     """

@@ -8,7 +8,8 @@ progress to ``[0, 1]`` by the curve's own first and last ``x``. Report ``100 * A
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 

@@ -8,7 +8,8 @@ Built-ins register themselves when ``streamrl.algos`` is imported.
 from __future__ import annotations
 
 import difflib
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 F = TypeVar("F", bound=Callable)
 

@@ -121,9 +121,7 @@ def sapo_targets(
     return SapoTargets(adv, v_targets, q_targets)
 
 
-def invalid_action_correction(
-    advantages: torch.Tensor, invalid: torch.Tensor, kappa: float = 0.1
-) -> torch.Tensor:
+def invalid_action_correction(advantages: torch.Tensor, invalid: torch.Tensor, kappa: float = 0.1) -> torch.Tensor:
     """``A - kappa * invalid`` (our reading of SAPO's invalid-action indicator; ``kappa = 0.1 * R_max``)."""
     _checks.same_shape("advantages", advantages, invalid=invalid)
     if kappa < 0:

@@ -13,11 +13,9 @@ per position; the backward pass writes the single ``[B, T, V]`` gradient chunk b
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
-
-from streamrl.algos import _checks
 
 # Rows per chunk are chosen so a float32 temporary stays near 2**24 elements (64 MiB).
 _CHUNK_ELEMENTS = 1 << 24
