@@ -1,0 +1,106 @@
+"""The model-facing side of math_tir: tool instructions, prompt layouts and the action parser."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from streamrl.envs.base import ActionParser, ParsedAction, PromptBuilder
+from streamrl.envs.math_tir.formatting import RESULT_FORMATS, ResultFormat
+from streamrl.envs.math_tir.grading import extract_boxed
+from streamrl.envs.math_tir.tools import BadToolCall, last_tool_call
+
+PromptStyle = Literal["full", "compact"]
+
+FORMAT_HINT = (
+    "Your message had no ```python code block and no final \\boxed{} answer. "
+    "To run code, put it in a ```python block; to finish, write the final answer as \\boxed{...}."
+)
+_RESULT_TAGS = {"interpreter": "<interpreter></interpreter> tags", "output": "a ```output block"}
+
+
+def tool_instructions(*, session: bool, max_tool_calls: int, result_format: ResultFormat, style: PromptStyle) -> str:
+    """How to use the Python tool and how to answer, for a system prompt or an observation."""
+    if result_format not in RESULT_FORMATS:
+        raise ValueError(f"unknown math_tir result_format {result_format!r}; choose one of {RESULT_FORMATS}")
+    if style == "compact":
+        return "Use ```python code``` blocks for calculations and read their output. Finish with \\boxed{answer}."
+    if style != "full":
+        raise ValueError(f"unknown math_tir prompt style {style!r}; choose 'full' or 'compact'")
+    state = (
+        "Variables persist from one code block to the next."
+        if session
+        else "Each block runs in a fresh interpreter, so define every variable you use in the same block."
+    )
+    return (
+        "Solve the problem step by step. For any calculation, write Python code in a fenced block:\n"
+        "```python\nprint(...)\n```\n"
+        f"The code runs in a sandbox and its output comes back in {_RESULT_TAGS[result_format]}. {state} "
+        "Only the last code block of a message runs; print() what you need (a final bare expression is "
+        f"echoed too). You can run code at most {max_tool_calls} times.\n"
+        "When you know the answer, reply without code and end with: Answer: \\boxed{...}\n"
+        "Give the answer exactly as the question asks: round as stated, leave out units and "
+        "currency signs, and write an ordered triple as (x, y, z)."
+    )
+
+
+class MathActionParser(ActionParser):
+    """A turn is format-valid when it holds a decodable code block/tool call or a boxed answer.
+    The action is the whole turn: the environment finds the code or the answer itself."""
+
+    def parse(self, text: str) -> ParsedAction:
+        if not isinstance(text, str):
+            return ParsedAction("", False, f"a model turn must be text, got {type(text).__name__}")
+        call = last_tool_call(text)
+        if isinstance(call, BadToolCall):
+            return ParsedAction(text, False, call.reason)
+        if call is not None or extract_boxed(text) is not None:
+            return ParsedAction(text, True)
+        return ParsedAction(text, False, "no code block, tool call or \\boxed{} answer")
+
+
+class MathPromptBuilder(PromptBuilder):
+    """System prompt with the tool instructions; the first user message is the bare problem;
+    later ones are the interpreter results. ``history_k`` (None: all) bounds the per-step layout."""
+
+    def __init__(
+        self,
+        style: PromptStyle = "full",
+        session: bool = False,
+        max_tool_calls: int = 4,
+        result_format: ResultFormat = "interpreter",
+        history_k: int | None = None,
+    ):
+        if history_k is not None and (not isinstance(history_k, int) or history_k < 0):
+            raise ValueError(f"math_tir history_k must be a non-negative int or None, got {history_k!r}")
+        self._system = tool_instructions(session=session, max_tool_calls=max_tool_calls, result_format=result_format, style=style)
+        self.history_k = history_k
+
+    def system_prompt(self) -> str:
+        return self._system
+
+    def first_message(self, observation: str, info: dict[str, Any]) -> str:
+        return str(info.get("question") or observation)
+
+    def next_message(self, observation: str, info: dict[str, Any]) -> str:
+        return observation
+
+    def step_messages(
+        self,
+        initial_observation: str,
+        history: list[tuple[str, str]],
+        observation: str,
+        info: dict[str, Any],
+    ) -> list[dict[str, str]]:
+        first = max(0, len(history) - self.history_k) if self.history_k is not None else 0
+        problem = self.first_message(initial_observation, info)
+        if first:
+            problem += f"\n\n({first} earlier step{'s' if first > 1 else ''} omitted.)"
+        messages = [{"role": "system", "content": self._system}, {"role": "user", "content": problem}]
+        for index in range(first, len(history)):
+            seen, action = history[index]
+            if index > 0:  # step 0's observation is the problem itself
+                messages.append({"role": "user", "content": seen})
+            messages.append({"role": "assistant", "content": action})
+        if history:
+            messages.append({"role": "user", "content": observation})
+        return messages
