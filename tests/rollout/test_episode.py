@@ -202,3 +202,25 @@ def test_env_steps_run_concurrently_in_the_bounded_pool():
     assert 2 <= peak <= 4  # concurrent, and never more threads than the pool's size
     assert pool.shutdown(timeout=5) == []
     assert not [t for t in threading.enumerate() if t.name.startswith("streamrl-env") and t.is_alive()]
+
+
+def test_run_episodes_plays_each_task_once_in_order_and_cleans_up():
+    from streamrl.rollout import EpisodeRunner, run_episodes
+
+    from .rollout_toys import ToyParser, ToyPromptBuilder, env_threads
+
+    built: list[ToyEnv] = []
+
+    def factory():
+        built.append(ToyEnv())
+        return built[-1]
+
+    engine = ScriptedEngine(ok_policy, latency_s=0.001)
+    runner = EpisodeRunner(engine, engine.codec, ToyParser(), ToyPromptBuilder(), EpisodeSettings(env_timeout_s=0.3))
+    tasks = ["a:1", "boom:2", "c:3", "hang:2", "e:2", "f:1"]
+    results = asyncio.run(run_episodes(runner, factory, tasks, concurrency=2))
+    assert [t.prompt_id for t in results] == tasks
+    assert [t.end_reason for t in results] == ["terminated", "env_error", "terminated", "env_timeout", "terminated", "terminated"]
+    assert len({t.request_id for t in results}) == len(tasks)
+    assert 2 <= len(built) <= 4  # environments are reused, failed ones replaced
+    assert all(env.closed for env in built) and env_threads() == []

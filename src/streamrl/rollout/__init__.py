@@ -8,6 +8,7 @@ Pieces, bottom up:
 * ``to_samples`` (``full_history_sample``, ``per_step_samples``) -> ``TrainingSample``: packed ids,
   action mask, rollout log-probs, turn spans, pre/post-action positions, per-turn rewards/dones.
 * ``EpisodeRunner`` + ``EpisodeSettings``: plays one episode; faults end it with an ``end_reason``.
+  ``run_episodes`` plays a fixed task list once each (evaluation).
 * ``Rollout`` + ``RolloutSettings``: ``mode="stream"`` (single-stream, first-finished) or
   ``mode="group"`` (GRPO groups behind a barrier), with admission bounded by ``max_staleness``.
 * ``PromptSource`` (implemented by the trainer; ``UniformPromptSource`` is the default) and
@@ -41,12 +42,18 @@ Usage (a trainer loop)::
             rollout.publish(step + 1)
             checkpoint["rollout"] = rollout.state_dict()  # resume: rollout.load_state_dict(...) before start
 
-For evaluation, ``EpisodeRunner.run(AsyncEnv(env), record)`` plays single episodes directly.
+Evaluation, outside the training stream::
+
+    runner = EpisodeRunner(engine, codec, parser, prompt_builder, EpisodeSettings(layout="full_history"))
+    results = await run_episodes(runner, lambda: make("guess_number"), env.task_ids("test"), concurrency=16)
+    success = sum(t.won for t in results) / len(results)
+
 ``streamrl.policy.scripted`` has a scripted engine and a character-level codec for dry runs.
 """
 
 from streamrl.rollout.dispatcher import Rollout, RolloutError, RolloutSettings, RolloutStalledError
 from streamrl.rollout.episode import EpisodeRunner, EpisodeSettings
+from streamrl.rollout.evaluate import run_episodes
 from streamrl.rollout.events import EventLog, read_events, replay
 from streamrl.rollout.layouts import TrainingSample, full_history_sample, per_step_samples, to_samples
 from streamrl.rollout.sources import DispatchMeta, PromptSource, UniformPromptSource
@@ -54,6 +61,7 @@ from streamrl.rollout.staleness import admission_capacity, is_stale, sample_lag
 from streamrl.rollout.trajectory import (
     CUT_END_REASONS,
     END_REASONS,
+    ENV_FAULT_END_REASONS,
     OUTCOME_END_REASONS,
     DispatchRecord,
     EndReason,
@@ -65,6 +73,7 @@ from streamrl.rollout.trajectory import (
 __all__ = [
     "CUT_END_REASONS",
     "END_REASONS",
+    "ENV_FAULT_END_REASONS",
     "OUTCOME_END_REASONS",
     "DispatchMeta",
     "DispatchRecord",
@@ -88,6 +97,7 @@ __all__ = [
     "per_step_samples",
     "read_events",
     "replay",
+    "run_episodes",
     "sample_lag",
     "to_samples",
 ]

@@ -27,12 +27,12 @@ from typing import Any, Callable, Literal
 from streamrl.envs.base import ActionParser, AsyncEnv, Env, PromptBuilder
 from streamrl.policy.api import ChatCodec, InferenceEngine
 from streamrl.rollout.collect import Group, GroupBuffer, StreamBuffer
+from streamrl.rollout.env_pool import EnvPool
 from streamrl.rollout.episode import EpisodeRunner, EpisodeSettings
 from streamrl.rollout.events import EventLog
 from streamrl.rollout.sources import DispatchMeta, PromptSource
 from streamrl.rollout.staleness import admission_capacity, is_stale, sample_lag
-from streamrl.rollout.threads import EnvThreadPool
-from streamrl.rollout.trajectory import DispatchRecord, EndReason, Trajectory
+from streamrl.rollout.trajectory import DispatchRecord, Trajectory
 
 Mode = Literal["stream", "group"]
 STATE_FORMAT = 1
@@ -132,9 +132,8 @@ class Rollout:
         self.settings = settings or RolloutSettings()
         self.engine = engine
         self.source = source
-        self._env_factory = env_factory
         self._runner = EpisodeRunner(engine, codec, parser, prompt_builder, self.settings.episode)
-        self._pool = EnvThreadPool(self.settings.concurrency, stuck_after_s=self.settings.episode.env_timeout_s)
+        self._envs = EnvPool(env_factory, self.settings.concurrency, call_timeout_s=self.settings.episode.env_timeout_s)
         self._log = EventLog(event_log)
         self._buffer: StreamBuffer | GroupBuffer = (
             GroupBuffer(self.settings.group_size) if self.settings.mode == "group" else StreamBuffer()
@@ -152,9 +151,7 @@ class Rollout:
         # live state
         self._inflight: dict[str, _InFlight] = {}
         self._prompt_load: Counter[str] = Counter()
-        self._free_envs: list[AsyncEnv] = []
         self._group_timers: dict[str, asyncio.TimerHandle] = {}
-        self._background: set[asyncio.Task] = set()
         self._dispatcher: asyncio.Task | None = None
         self._wake = asyncio.Event()
         self._arrived = asyncio.Event()
@@ -262,17 +259,7 @@ class Rollout:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        while self._free_envs:
-            self._close_env_later(self._free_envs.pop())
-        deadline = time.monotonic() + self.settings.shutdown_timeout_s
-        if self._background:
-            _, late = await asyncio.wait(self._background, timeout=self.settings.shutdown_timeout_s)
-            for task in late:
-                task.cancel()
-        self._pool.shutdown(wait=False)
-        while self._pool.threads() and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        stuck = [thread.name for thread in self._pool.threads()]
+        stuck = await self._envs.close(self.settings.shutdown_timeout_s)
         if stuck:
             warnings.warn(f"rollout closed with {len(stuck)} environment call(s) still running: {stuck}", stacklevel=2)
         self._log.close()
@@ -435,19 +422,10 @@ class Rollout:
 
     async def _episode(self, record: DispatchRecord) -> None:
         started = time.monotonic()
-        env: AsyncEnv | None = None
         finished = False
         try:
-            try:
-                env = await self._acquire_env()
-            except Exception as error:
-                trajectory = self._crashed(record, "env_error", f"environment factory raised {type(error).__name__}: {error}")
-            else:
-                trajectory = await self._runner.run(env, record)
+            trajectory = await self._runner.run_leased(self._envs, record)
             self._inflight.pop(record.request_id, None)
-            if env is not None and trajectory.end_reason not in ("env_error", "env_timeout"):
-                self._free_envs.append(env)
-                env = None
             self._on_finished(trajectory)
             finished = True
         except Exception as error:  # a bug in the rollout itself: stop and tell the learner
@@ -455,36 +433,11 @@ class Rollout:
         finally:
             self._busy_s += time.monotonic() - started
             self._inflight.pop(record.request_id, None)
-            if env is not None:
-                self._close_env_later(env)
             if not finished and not self._closed:
                 # cancelled as a group straggler: it will never reach the learner
                 self._admitted -= 1
                 self._log.write("discard", request_id=record.request_id, group_id=record.group_id)
             self._wake.set()
-
-    async def _acquire_env(self) -> AsyncEnv:
-        if self._free_envs:
-            return self._free_envs.pop()
-        loop = asyncio.get_running_loop()
-        env = await asyncio.wait_for(
-            loop.run_in_executor(self._pool, self._env_factory), self.settings.episode.env_timeout_s
-        )
-        return env if isinstance(env, AsyncEnv) else AsyncEnv(env, executor=self._pool)
-
-    def _crashed(self, record: DispatchRecord, reason: EndReason, message: str) -> Trajectory:
-        return Trajectory(
-            dispatch=record, layout=self.settings.episode.layout, end_reason=reason, error=message, finished_at=time.time()
-        )
-
-    def _close_env_later(self, env: AsyncEnv) -> None:
-        """Close an environment without waiting (it may be the one that hung)."""
-        if self._pool.closed:
-            return
-        task = asyncio.ensure_future(env.close())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # never "unretrieved"
 
     def _on_finished(self, trajectory: Trajectory) -> None:
         request_id = trajectory.request_id

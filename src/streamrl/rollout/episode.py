@@ -17,7 +17,9 @@ from typing import Any, Awaitable, TypeVar
 from streamrl.envs.base import ActionParser, AsyncEnv, PromptBuilder, StepResult
 from streamrl.policy.api import ChatCodec, GenerationRequest, GenerationResult, InferenceEngine, SamplingParams
 from streamrl.rollout.context import bridge_ids, opening_ids, step_prompt_ids
+from streamrl.rollout.env_pool import EnvPool
 from streamrl.rollout.trajectory import (
+    ENV_FAULT_END_REASONS,
     LAYOUTS,
     OUTCOME_END_REASONS,
     DispatchRecord,
@@ -120,6 +122,28 @@ class EpisodeRunner:
         if end not in sampling.stop_token_ids:
             sampling = replace(sampling, stop_token_ids=(*sampling.stop_token_ids, end))
         self._sampling = sampling
+
+    async def run_leased(self, envs: EnvPool, record: DispatchRecord) -> Trajectory:
+        """``run`` on an environment leased from ``envs``, returned to it afterwards (closed
+        instead when the environment failed or the episode was cancelled)."""
+        try:
+            env = await envs.acquire()
+        except Exception as error:
+            reason: EndReason = "env_timeout" if isinstance(error, TimeoutError) else "env_error"
+            return Trajectory(
+                dispatch=record,
+                layout=self.settings.layout,
+                end_reason=reason,
+                error=f"environment factory failed: {type(error).__name__}: {error}",
+                finished_at=time.time(),
+            )
+        reusable = False
+        try:
+            trajectory = await self.run(env, record)
+            reusable = trajectory.end_reason not in ENV_FAULT_END_REASONS
+            return trajectory
+        finally:
+            envs.release(env, reusable=reusable)
 
     async def run(self, env: AsyncEnv, record: DispatchRecord) -> Trajectory:
         """Play one episode of task ``record.prompt_id``; faults end it with an ``end_reason``."""

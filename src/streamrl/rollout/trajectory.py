@@ -34,6 +34,8 @@ END_REASONS: tuple[str, ...] = get_args(EndReason)
 OUTCOME_END_REASONS = frozenset({"terminated", "truncated", "max_turns", "context_limit"})
 #: episodes cut by a cap rather than finished: a trainer may bootstrap their last value
 CUT_END_REASONS = frozenset({"truncated", "max_turns", "context_limit"})
+#: the environment failed: it is not reused for another episode
+ENV_FAULT_END_REASONS = frozenset({"env_error", "env_timeout"})
 
 
 @dataclass
