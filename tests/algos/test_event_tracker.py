@@ -154,7 +154,7 @@ def test_spo_pp_5_7_5_frozen_baseline(history, batch):
 
     tracker, reads = prepared()
     before = advantages(reads)  # advantage first, evidence after
-    live_before = [tracker.read(pid) for pid, _, _ in batch]
+    live_before = [tracker.read_full(pid) for pid, _, _ in batch]
     for i, ((pid, r, _), read) in enumerate(zip(batch, reads)):
         tracker.record(pid, read.z, r, f"b{i}")
     tracker2, reads2 = prepared()
@@ -162,9 +162,9 @@ def test_spo_pp_5_7_5_frozen_baseline(history, batch):
         tracker2.record(pid, read.z, r, f"b{i}")  # evidence first, advantage after
     after = advantages(reads2)
     assert torch.equal(before, after)
-    # the memory itself did move, so a receipt-time read would have given a different baseline
-    live_after = [tracker2.read(pid) for pid, _, _ in batch]
-    assert live_after != live_before
+    # the memory itself did move (its evidence count at least), yet the advantages did not
+    live_after = [tracker2.read_full(pid) for pid, _, _ in batch]
+    assert all(a.n_eff > b.n_eff for a, b in zip(live_after, live_before))
 
 
 @settings(max_examples=40, deadline=None)
