@@ -48,13 +48,22 @@ DISTRACTORS = (
 )
 
 
-def generate(family: str, seed: int, *, knobs: Knobs | None = None, held_out: bool = False, task_id: str = "") -> MathProblem:
+def generate(
+    family: str,
+    seed: int,
+    *,
+    knobs: Knobs | None = None,
+    held_out: bool = False,
+    task_id: str = "",
+    redraw: int = 0,
+) -> MathProblem:
     """One problem of ``family`` from ``seed`` (deterministic). ``held_out`` draws from the
-    family's held-out templates instead of its training ones."""
+    family's held-out templates instead of its training ones; ``redraw`` > 0 gives another
+    problem for the same seed."""
     if family not in FAMILIES:
         raise ValueError(f"unknown math_tir family {family!r} (known: {', '.join(FAMILY_NAMES)})")
     spec, knobs = FAMILIES[family], knobs or Knobs()
-    rng = random.Random(seed)
+    rng = random.Random(seed if redraw == 0 else f"{seed}/redraw-{redraw}")
     template = rng.choice(spec.held_out if held_out else spec.templates)
     for _ in range(_MAX_ATTEMPTS):
         try:
@@ -83,10 +92,19 @@ def _with_distractors(draft: Draft, rng: random.Random, count: int) -> str:
 
 
 def train_problem(seed: int, knobs: Knobs | None = None) -> MathProblem:
-    """Training problem ``seed``: families cycle with the seed, templates are in-distribution."""
+    """Training problem ``seed``: families cycle with the seed, templates are in-distribution.
+
+    Small families (``C(n, k)`` has a few hundred questions) can repeat an evaluation problem
+    by chance; such a draw is replaced, so no training question is ever an evaluation one.
+    """
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < TRAIN_SEED_LIMIT:
         raise ValueError(f"math_tir train seed must be an int in [0, {TRAIN_SEED_LIMIT}), got {seed!r}")
-    return generate(FAMILY_NAMES[seed % len(FAMILY_NAMES)], seed, knobs=knobs, task_id=f"train/{seed}")
+    family, redraw = FAMILY_NAMES[seed % len(FAMILY_NAMES)], 0
+    while True:
+        problem = generate(family, seed, knobs=knobs, task_id=f"train/{seed}", redraw=redraw)
+        if problem.question not in _eval_questions():
+            return problem
+        redraw += 1
 
 
 def is_ood_index(index: int) -> bool:
@@ -105,6 +123,11 @@ def eval_set() -> tuple[MathProblem, ...]:
         )
         for index in range(TEST_SIZE)
     )
+
+
+@functools.lru_cache(maxsize=1)
+def _eval_questions() -> frozenset[str]:
+    return frozenset(problem.question for problem in eval_set())
 
 
 def ood_indices() -> tuple[int, ...]:

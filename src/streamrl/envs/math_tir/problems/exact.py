@@ -3,7 +3,9 @@
 Rational answers are computed with ``Fraction`` and irrational ones (``e**x``, square roots,
 long powers) with 50-digit ``Decimal``. A value is rounded once, at the end, with ROUND_HALF_UP
 to the places the question states. A draw whose exact value lies within 1e-6 of a rounding
-boundary is rejected, so every sensible way of computing it (floats included) rounds the same.
+boundary is rejected (within 1e-11 of its size, for large values: a float power over thousands
+of compounding periods loses that much), so every sensible way of computing it, floats
+included, rounds the same.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
 PRECISION = 50
-#: a value closer than this to a rounding boundary (x.xx5 for cents) is rejected
+#: a value closer than this to a rounding boundary (x.xx5 for cents) is rejected ...
 BOUNDARY_MARGIN = Decimal("1e-6")
+#: ... or closer than this fraction of its magnitude
+RELATIVE_BOUNDARY_MARGIN = Decimal("1e-11")
 HIGH_PRECISION = decimal.Context(prec=PRECISION, rounding=decimal.ROUND_HALF_EVEN)
 
 
@@ -30,13 +34,14 @@ def to_decimal(value: Fraction | int | Decimal | str) -> Decimal:
 
 
 def round_stated(value: Fraction | Decimal | int, places: int) -> Decimal:
-    """ROUND_HALF_UP to ``places`` decimals; ``RejectDraw`` if within 1e-6 of a boundary."""
+    """ROUND_HALF_UP to ``places`` decimals; ``RejectDraw`` if too close to a boundary."""
     exact = to_decimal(value) if not isinstance(value, Decimal) else HIGH_PRECISION.plus(value)
     unit = Decimal(1).scaleb(-places)
     scaled = HIGH_PRECISION.divide(exact, unit)
     fraction = abs(scaled) - abs(scaled).to_integral_value(rounding=ROUND_FLOOR)
-    if HIGH_PRECISION.multiply(abs(fraction - Decimal("0.5")), unit) < BOUNDARY_MARGIN:
-        raise RejectDraw(f"{exact} is within {BOUNDARY_MARGIN} of a rounding boundary at {places} places")
+    margin = max(BOUNDARY_MARGIN, HIGH_PRECISION.multiply(abs(exact), RELATIVE_BOUNDARY_MARGIN))
+    if HIGH_PRECISION.multiply(abs(fraction - Decimal("0.5")), unit) < margin:
+        raise RejectDraw(f"{exact} is within {margin} of a rounding boundary at {places} places")
     return exact.quantize(unit, rounding=ROUND_HALF_UP, context=HIGH_PRECISION)
 
 
