@@ -110,3 +110,20 @@ def test_bad_session_arguments():
         PythonSession(cpu_budget_s=0)
     with PythonSession() as session, pytest.raises(ValueError, match="cell timeout"):
         session.run("1", timeout=-1)
+
+
+def test_a_worker_started_from_a_short_lived_thread_survives_that_thread():
+    # bwrap/unshare kill their child when the *thread* that forked them exits (PDEATHSIG)
+    import threading
+
+    session = PythonSession()
+    first: list = []
+    thread = threading.Thread(target=lambda: first.append(session.run("kept = 41")))
+    thread.start()
+    thread.join()
+    try:
+        later = session.run("kept + 1")
+    finally:
+        session.close()
+    assert first[0].status == "ok"
+    assert later.status == "ok" and later.stdout == "42\n" and not later.state_reset

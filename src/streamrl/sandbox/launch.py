@@ -6,6 +6,7 @@ cgroup, the status pipe of the sandbox's init, the minimal environment and the w
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import json
 import os
@@ -26,6 +27,12 @@ from streamrl.sandbox.limits import SandboxLimits
 
 WORKDIR_PREFIX = "streamrl-sbx-"
 Mode = Literal["once", "session"]
+
+
+@functools.lru_cache(maxsize=1)
+def _spawner_thread() -> concurrent.futures.ThreadPoolExecutor:
+    """One thread that lives as long as the process, for ``Launch.spawn(outlive_caller=True)``."""
+    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamrl-sandbox-spawner")
 
 
 @functools.lru_cache(maxsize=1)
@@ -91,18 +98,28 @@ class Launch:
             return None
         return report if isinstance(report, dict) else None
 
-    def spawn(self, stdin: Any, stdout: Any, stderr: Any) -> subprocess.Popen:
-        """Start the interpreter as the leader of a new session (its pid is the group id)."""
-        proc = subprocess.Popen(
-            self.argv,
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            cwd=self.workdir,
-            env=self.env,
-            start_new_session=True,
-            pass_fds=self.pass_fds,
-        )
+    def spawn(self, stdin: Any, stdout: Any, stderr: Any, *, outlive_caller: bool = False) -> subprocess.Popen:
+        """Start the interpreter as the leader of a new session (its pid is the group id).
+
+        ``outlive_caller``: fork from one long-lived thread. ``bwrap --die-with-parent`` and
+        ``unshare --kill-child`` rely on PR_SET_PDEATHSIG, which fires when the *thread* that
+        forked them exits, so a persistent worker started from a short-lived thread would die
+        with that thread.
+        """
+
+        def start() -> subprocess.Popen:
+            return subprocess.Popen(
+                self.argv,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                cwd=self.workdir,
+                env=self.env,
+                start_new_session=True,
+                pass_fds=self.pass_fds,
+            )
+
+        proc = _spawner_thread().submit(start).result() if outlive_caller else start()
         self.spawned()
         return proc
 

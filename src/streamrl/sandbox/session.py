@@ -177,7 +177,9 @@ class PythonSession:
             echo_last_expr=self._echo,
         )
         try:
-            proc = launch.spawn(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            proc = launch.spawn(
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, outlive_caller=True
+            )
         except BaseException:
             launch.cleanup()
             raise
