@@ -54,6 +54,9 @@ class HFEngine:
         prefill_token_budget: most (padded) prompt tokens in one prefill forward.
         version: the policy version of ``model``'s weights.
         seed: seeds sampling for requests without their own ``SamplingParams.seed``.
+        threads: torch intra-op threads of the worker thread only (OpenMP keeps the setting per
+            thread). When a learner trains in the same process on few cores, 1 thread each avoids
+            oversubscription, which made decode steps several times slower on the 2-core machine.
     """
 
     def __init__(
@@ -66,7 +69,10 @@ class HFEngine:
         prefill_token_budget: int = 8192,
         version: int = 0,
         seed: int = 0,
+        threads: int | None = None,
     ):
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
         _check_full_attention(model)
         register_engine_attention()
         model.set_attn_implementation(ATTENTION_NAME)
@@ -89,6 +95,7 @@ class HFEngine:
         self._staged: tuple[dict[str, torch.Tensor], int] | None = None
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._threads = threads
         self.last_error: str | None = None
 
     @classmethod
@@ -169,6 +176,8 @@ class HFEngine:
         return thread
 
     def _run(self) -> None:
+        if self._threads is not None:
+            torch.set_num_threads(self._threads)
         loop = self._decode_loop
         while True:
             with self._cond:

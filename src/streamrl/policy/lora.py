@@ -7,6 +7,7 @@ would mutate it under a concurrently training learner and drift by rounding each
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from streamrl.policy.errors import MissingDependencyError, PolicyLoadError
@@ -61,7 +62,9 @@ def apply_lora(model: Any, options: dict[str, Any], value_token_ids: tuple[int, 
         **extra,
     )
     try:
-        return peft.get_peft_model(model, config)
+        with warnings.catch_warnings():  # peft calls a transformers method deprecated in 5.x
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            return peft.get_peft_model(model, config)
     except ValueError as exc:  # e.g. target modules that do not exist
         raise PolicyLoadError(f"could not apply LoRA {options}: {exc}") from exc
 

@@ -1,17 +1,19 @@
 """Next-token sampling for a batch of rows with per-row settings, and behaviour log-probs.
 
 Behaviour log-prob (what ``GenerationResult.logprobs`` reports): ``log_softmax(z / T)`` over the
-action vocabulary (banned ids removed), taken *before* top-p truncation; it is the same function
-(``streamrl.algos.vocab.action_log_probs``) that ``scoring`` uses, so with equal weights and
-temperature the engine's log-probs equal ``score``'s. Top-p changes which tokens can be drawn, not
+action vocabulary (banned ids removed), taken *before* top-p truncation: the quantity ``scoring``
+computes with ``streamrl.algos.vocab.action_log_probs``, so with equal weights and temperature
+the engine's log-probs equal ``score``'s (tested). Top-p changes which tokens can be drawn, not
 the reported log-prob. ``temperature == 0`` means greedy; its log-prob is reported at temperature 1.
+The action vocabulary is ``streamrl.algos.vocab.mask_excluded_logits``'s, as in
+``action_log_probs``; here one ``log_softmax`` serves both sampling and the reported log-prob.
 """
 
 from __future__ import annotations
 
 import torch
 
-from streamrl.algos.vocab import action_log_probs, mask_excluded_logits
+from streamrl.algos.vocab import mask_excluded_logits
 
 
 def nucleus_filter(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -21,6 +23,29 @@ def nucleus_filter(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     mass_before = sorted_probs.cumsum(-1) - sorted_probs
     sorted_probs = sorted_probs.masked_fill(mass_before >= top_p[:, None], 0.0)
     return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+
+
+def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor, block: int = 256) -> torch.Tensor:
+    """Token ``i`` with ``cdf[i-1] <= u * total < cdf[i]`` (unnormalised ``probs [n, V]``,
+    ``uniforms [n]`` in [0, 1) -> ``[n]``).
+
+    One uniform per row, instead of the V exponentials ``torch.multinomial`` draws (which cost more
+    than the model at V = 49k). Two levels avoid a slow full-vocabulary cumsum: pick a block of
+    ``block`` tokens by its mass, then a token inside it. A zero-probability token is never chosen:
+    its cdf step is flat, and the in-block fraction is kept strictly below 1.
+    """
+    rows, vocab = probs.shape
+    pad = (-vocab) % block
+    blocks = (torch.nn.functional.pad(probs, (0, pad)) if pad else probs).view(rows, -1, block)
+    block_cdf = blocks.sum(-1).cumsum(-1)  # [n, vocab / block]
+    targets = uniforms * block_cdf[:, -1]
+    chosen = torch.searchsorted(block_cdf, targets[:, None], right=True)[:, 0].clamp_max(block_cdf.shape[1] - 1)
+    below = torch.where(chosen > 0, block_cdf.gather(1, (chosen - 1).clamp_min(0)[:, None])[:, 0], 0.0)
+    mass = block_cdf.gather(1, chosen[:, None])[:, 0] - below
+    fraction = ((targets - below) / mass).clamp(0.0, 1.0 - 2.0**-23)
+    inner_cdf = blocks[torch.arange(rows, device=probs.device), chosen].cumsum(-1)  # [n, block]
+    inner = torch.searchsorted(inner_cdf, (fraction * inner_cdf[:, -1])[:, None], right=True)[:, 0]
+    return (chosen * block + inner.clamp_max(block - 1)).clamp_max(vocab - 1)
 
 
 def sample_next(
@@ -44,17 +69,19 @@ def sample_next(
     greedy = temperature <= 0
     scale = torch.where(greedy, torch.ones_like(temperature), temperature).to(logits.device)
     scaled = logits.float() / scale[:, None]
-    allowed = mask_excluded_logits(scaled, banned)
-    probs = allowed.softmax(-1)
+    # log-softmax over the action vocabulary (algos' masking), computed once for sampling and log-probs
+    logp = mask_excluded_logits(scaled, banned).log_softmax(-1)
+    probs = logp.exp()
     if bool((top_p < 1).any()):
         probs = nucleus_filter(probs, top_p.to(probs.device))
-    ids = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
+    uniforms = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
     shared = [i for i, g in enumerate(generators) if g is None]
     if shared:
-        ids[shared] = torch.multinomial(probs[shared], 1, generator=default_generator)[:, 0]
+        uniforms[shared] = torch.rand(len(shared), generator=default_generator, device=logits.device)
     for i, generator in enumerate(generators):
         if generator is not None:
-            ids[i] = torch.multinomial(probs[i : i + 1], 1, generator=generator)[0, 0]
+            uniforms[i] = torch.rand(1, generator=generator, device=logits.device)[0]
+    ids = inverse_cdf_sample(probs, uniforms)
     if bool(greedy.any()):
-        ids = torch.where(greedy.to(ids.device), allowed.argmax(-1), ids)
-    return ids, action_log_probs(scaled, ids, banned)
+        ids = torch.where(greedy.to(ids.device), logp.argmax(-1), ids)
+    return ids, logp.gather(1, ids[:, None])[:, 0]

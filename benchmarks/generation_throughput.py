@@ -1,0 +1,124 @@
+"""Generation throughput of ``HFEngine`` against plain batch-1 ``model.generate``, in one run.
+
+For each model, the baseline is transformers' ``generate`` on one chat prompt at batch size 1
+(sampling, forced to the full length). The engine then serves N concurrent requests (each its own
+coroutine, like rollout episodes) of the same length; throughput is generated tokens per second of
+wall time, prefill included. Ratios are engine / baseline measured in the same process; each point
+is the best of ``--repeats`` runs, which filters out most of the noise other processes cause on a
+shared machine (rerun when the numbers matter). ``--threads`` applies to both sides.
+
+Usage:
+    python benchmarks/generation_throughput.py [--quick] [--model tiny|smollm2-135m|all]
+        [--dtype bfloat16|float32] [--threads N] [--tokens N] [--concurrency 1,4,16,64]
+
+The last line is ``RESULT speedup=<smollm2 at the highest concurrency> tiny_speedup=... ...``
+(``speedup`` falls back to the tiny figure when SmolLM2 is not run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import torch  # noqa: E402
+
+from streamrl.policy import GenerationRequest, HFEngine, SamplingParams, load_policy  # noqa: E402
+from streamrl.policy.errors import MissingDependencyError  # noqa: E402
+
+PROMPT = "You are in a kitchen. Your task is to put a clean apple in the fridge. What do you do first?"
+
+
+def baseline_tokens_per_s(policy, prompt_ids: list[int], tokens: int, repeats: int) -> float:
+    """Plain ``generate`` at batch size 1, sampling, forced to ``tokens`` new tokens (best run)."""
+    model = policy.model.eval()
+    ids = torch.tensor([prompt_ids])
+    kwargs = dict(do_sample=True, top_k=0, top_p=1.0, pad_token_id=policy.tokenizer.pad_token_id,
+                  attention_mask=torch.ones_like(ids))
+    best = 0.0
+    with torch.no_grad():
+        model.generate(ids, max_new_tokens=2, **kwargs)  # warm-up
+        for _ in range(repeats):
+            start = time.perf_counter()
+            out = model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, **kwargs)
+            best = max(best, (out.shape[1] - ids.shape[1]) / (time.perf_counter() - start))
+    return best
+
+
+async def engine_tokens_per_s(engine: HFEngine, prompt_ids: list[int], tokens: int, concurrency: int) -> float:
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=tokens)
+    requests = [GenerationRequest(f"bench-{concurrency}-{i}", prompt_ids, sampling) for i in range(concurrency)]
+    start = time.perf_counter()
+    results = await asyncio.gather(*(engine.generate(r) for r in requests))
+    elapsed = time.perf_counter() - start
+    bad = [r for r in results if r.finish_reason != "length"]
+    if bad:
+        raise RuntimeError(f"engine returned {bad[0].finish_reason}: {bad[0].error}")
+    return sum(len(r.token_ids) for r in results) / elapsed
+
+
+def bench_model(
+    spec: str, dtype: str, tokens: int, concurrency: list[int], repeats: int, threads: int | None
+) -> dict[int, float]:
+    """Ratios engine/baseline per concurrency for one model; prints a table."""
+    start = time.perf_counter()
+    policy = load_policy(spec, dtype=dtype)
+    prompt_ids = policy.encode_chat([{"role": "user", "content": PROMPT}])
+    print(f"\n== {spec} ({dtype}, {torch.get_num_threads()} threads, prompt {len(prompt_ids)} tokens, "
+          f"{tokens} new tokens; loaded in {time.perf_counter() - start:.1f} s)")
+    base = baseline_tokens_per_s(policy, prompt_ids, tokens, repeats)
+    print(f"{'baseline generate bs1':>24}: {base:8.1f} tok/s")
+    engine = HFEngine.from_policy(policy, max_batch_size=max(concurrency), threads=threads)
+
+    async def run() -> dict[int, float]:
+        await engine_tokens_per_s(engine, prompt_ids, 4, 2)  # warm-up
+        ratios = {}
+        for n in concurrency:
+            rate = max([await engine_tokens_per_s(engine, prompt_ids, tokens, n) for _ in range(repeats)])
+            ratios[n] = rate / base
+            print(f"{'engine, ' + str(n) + ' concurrent':>24}: {rate:8.1f} tok/s  = {ratios[n]:5.2f}x baseline")
+        await engine.close()
+        return ratios
+
+    return asyncio.run(run())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer points and tokens (under a minute)")
+    parser.add_argument("--model", default="all", choices=["tiny", "smollm2-135m", "all"])
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads for both baseline and engine (default: torch's choice)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed runs per point; the best counts")
+    parser.add_argument("--tokens", type=int, default=None, help="new tokens per request")
+    parser.add_argument("--concurrency", default=None, help="comma-separated request counts")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    tokens = args.tokens or (24 if args.quick else 128)
+    concurrency = [int(n) for n in (args.concurrency or ("1,16,64" if args.quick else "1,4,16,32,64")).split(",")]
+    specs = ["tiny", "smollm2-135m"] if args.model == "all" else [args.model]
+    repeats = args.repeats or (2 if args.quick else 3)
+
+    top = max(concurrency)
+    results: dict[str, float] = {}
+    for spec in specs:
+        try:
+            ratios = bench_model(spec, args.dtype, tokens, concurrency, repeats, args.threads)
+        except MissingDependencyError as exc:
+            print(f"\n== {spec}: skipped ({exc})")
+            continue
+        results[spec] = ratios[top]
+    headline = results.get("smollm2-135m", results.get("tiny", float("nan")))
+    fields = [f"speedup={headline:.2f}", f"concurrency={top}", f"tokens={tokens}", f"dtype={args.dtype}"]
+    fields += [f"{spec.split('-')[0]}_speedup={ratio:.2f}" for spec, ratio in results.items()]
+    print("RESULT " + " ".join(fields))
+
+
+if __name__ == "__main__":
+    main()
