@@ -98,7 +98,9 @@ class MathPromptBuilder(PromptBuilder):
         messages = [{"role": "system", "content": self._system}, {"role": "user", "content": problem}]
         for index in range(first, len(history)):
             seen, action = history[index]
-            if index > 0:  # step 0's observation is the problem itself
+            if index == first and index > 0:  # roles alternate: join it to the problem message
+                messages[-1]["content"] += f"\n\n{seen}"
+            elif index > 0:  # step 0's observation is the problem itself
                 messages.append({"role": "user", "content": seen})
             messages.append({"role": "assistant", "content": action})
         if history:
