@@ -30,7 +30,9 @@ def test_resume_reissues_in_flight_requests_and_delivers_each_once(tmp_path, mod
     async def before_crash():
         async with first:
             delivered = await learn(first, first_engine, batches=2)
-            while not (first.stats()["in_flight"] and first.stats()["buffered"]):
+            for _ in range(5000):  # wait until something is both buffered and in flight
+                if first.stats()["in_flight"] and first.stats()["buffered"]:
+                    break
                 await asyncio.sleep(0.001)
             state = json.loads(json.dumps(first.state_dict()))  # what a checkpoint stores
             await asyncio.sleep(0.05)  # work after the checkpoint is lost in the crash

@@ -37,7 +37,7 @@ def test_every_dispatched_request_ends_exactly_once_despite_faults(tmp_path):
     async def main():
         received = []
         async with rollout:
-            while not wanted <= {t.end_reason for batch in received for t in batch} and len(received) < 200:
+            while not wanted <= {t.end_reason for batch in received for t in batch} and len(received) < 1000:
                 received += await learn(rollout, engine, batches=1)
             in_flight = rollout.stats()["in_flight"]
         return received, in_flight

@@ -13,6 +13,7 @@ from typing import Callable
 
 from streamrl.envs.base import AsyncEnv, Env
 from streamrl.rollout.threads import EnvThreadPool
+from streamrl.rollout.timeouts import bounded
 
 
 class EnvPool:
@@ -28,13 +29,13 @@ class EnvPool:
 
     async def acquire(self) -> AsyncEnv:
         """A free environment, or a new one (the factory runs in a pool thread, within the call
-        timeout; its exceptions, and ``TimeoutError``, propagate)."""
+        timeout; its exceptions, and ``CallTimedOut``, propagate)."""
         if self._closed:
             raise RuntimeError("EnvPool: acquire after close")
         if self._free:
             return self._free.pop()
         loop = asyncio.get_running_loop()
-        env = await asyncio.wait_for(loop.run_in_executor(self._threads, self._factory), self._call_timeout_s)
+        env = await bounded(loop.run_in_executor(self._threads, self._factory), self._call_timeout_s)
         return env if isinstance(env, AsyncEnv) else AsyncEnv(env, executor=self._threads)
 
     def release(self, env: AsyncEnv, *, reusable: bool) -> None:

@@ -18,6 +18,7 @@ from streamrl.envs.base import ActionParser, AsyncEnv, PromptBuilder, StepResult
 from streamrl.policy.api import ChatCodec, GenerationRequest, GenerationResult, InferenceEngine, SamplingParams
 from streamrl.rollout.context import bridge_ids, opening_ids, step_prompt_ids
 from streamrl.rollout.env_pool import EnvPool
+from streamrl.rollout.timeouts import CallTimedOut, bounded
 from streamrl.rollout.trajectory import (
     ENV_FAULT_END_REASONS,
     LAYOUTS,
@@ -81,26 +82,6 @@ class _EpisodeEnded(Exception):
         self.message = message
 
 
-class _TimedOut(Exception):
-    pass
-
-
-async def _bounded(awaitable: Awaitable[T], timeout: float | None) -> T:
-    """Await with a timeout that raises ``_TimedOut``, distinct from a ``TimeoutError`` raised
-    by the awaited call itself (a tool may raise its own)."""
-    if timeout is None:
-        return await awaitable
-    task = asyncio.ensure_future(awaitable)
-    try:
-        done, _ = await asyncio.wait({task}, timeout=timeout)
-    finally:
-        if not task.done():
-            task.cancel()
-    if not done:
-        raise _TimedOut
-    return task.result()
-
-
 class EpisodeRunner:
     """Plays episodes against one engine with one parser, prompt builder and codec."""
 
@@ -129,7 +110,7 @@ class EpisodeRunner:
         try:
             env = await envs.acquire()
         except Exception as error:
-            reason: EndReason = "env_timeout" if isinstance(error, TimeoutError) else "env_error"
+            reason: EndReason = "env_timeout" if isinstance(error, CallTimedOut) else "env_error"
             return Trajectory(
                 dispatch=record,
                 layout=self.settings.layout,
@@ -269,8 +250,8 @@ class EpisodeRunner:
 
     async def _env_call(self, call: Awaitable[T], what: str) -> T:
         try:
-            return await _bounded(call, self.settings.env_timeout_s)
-        except _TimedOut:
+            return await bounded(call, self.settings.env_timeout_s)
+        except CallTimedOut:
             raise _EpisodeEnded("env_timeout", f"env.{what} did not return within {self.settings.env_timeout_s} s") from None
         except Exception as error:
             raise _EpisodeEnded("env_error", f"env.{what} raised {type(error).__name__}: {error}") from None
@@ -278,8 +259,8 @@ class EpisodeRunner:
     async def _generate(self, request_id: str, prompt_ids: list[int]) -> GenerationResult:
         request = GenerationRequest(request_id=request_id, prompt_ids=prompt_ids, sampling=self._sampling)
         try:
-            result = await _bounded(self.engine.generate(request), self.settings.generate_timeout_s)
-        except _TimedOut:
+            result = await bounded(self.engine.generate(request), self.settings.generate_timeout_s)
+        except CallTimedOut:
             raise _EpisodeEnded(
                 "engine_timeout", f"generate did not return within {self.settings.generate_timeout_s} s"
             ) from None
