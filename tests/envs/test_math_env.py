@@ -53,7 +53,13 @@ def test_reset_gives_the_problem_with_tool_instructions_and_standard_info():
     assert observation.startswith(info["question"]) and "```python" in observation and "\\boxed" in observation
     assert all(key in info for key in STANDARD_INFO_KEYS)
     assert info["step"] == 0 and info["task_id"] == "test/3" and info["task_type"] in FAMILY_NAMES
-    assert (info["n_tool_calls"], info["tool_errors"], info["timeouts"], info["pred"], info["correct"]) == (0, 0, 0, None, None)
+    assert (info["n_tool_calls"], info["tool_errors"], info["timeouts"], info["pred"], info["correct"]) == (
+        0,
+        0,
+        0,
+        None,
+        None,
+    )
     assert env.spec.action_format == "code" and env.spec.eval_split == "test"
     assert env.spec.splits["test"] == 1500 and env.spec.splits["train"] is None
 
@@ -243,8 +249,12 @@ def test_local_jsonl_gsm8k_style(tmp_path):
 
 
 def test_local_data_with_custom_fields_and_split(tmp_path):
-    data = _write_jsonl(tmp_path / "math500.jsonl", [{"problem": "Simplify 2/4.", "solution_value": "\\frac{1}{2}", "type": "Algebra"}])
-    env = _env(data_path=data, question_field="problem", answer_field="solution_value", type_field="type", data_split="train")
+    data = _write_jsonl(
+        tmp_path / "math500.jsonl", [{"problem": "Simplify 2/4.", "solution_value": "\\frac{1}{2}", "type": "Algebra"}]
+    )
+    env = _env(
+        data_path=data, question_field="problem", answer_field="solution_value", type_field="type", data_split="train"
+    )
     assert env.spec.splits == {"train": 1} and env.spec.eval_split == "train"
     _, info = env.reset(seed=5)
     assert info["task_id"] == "train/0" and info["task_type"] == "Algebra"
@@ -326,3 +336,7 @@ def test_first_and_next_messages_and_the_per_step_layout():
     assert last_only[2]["content"] == action_2 and last_only[3]["content"] == step_2.observation
     opening = builder.step_messages(observation, [], observation, info)
     assert [m["role"] for m in opening] == ["system", "user"]
+    empty_turn = make_prompt_builder("math_tir").step_messages(
+        observation, [(observation, "")], step_1.observation, info
+    )
+    assert all(m["content"] for m in empty_turn)

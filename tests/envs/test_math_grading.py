@@ -13,7 +13,9 @@ from streamrl.envs.math_tir.grading import compare, extract_answer, extract_boxe
 from streamrl.envs.math_tir.mathverify import MathVerifyChecker, math_verify_installed
 
 
-@pytest.mark.parametrize("written", ["\\boxed{\\frac{1}{2}}", "\\boxed{0.5}", "\\boxed{\\dfrac12}", "\\boxed{1/2}", "\\boxed{\\tfrac{1}{2}}"])
+@pytest.mark.parametrize(
+    "written", ["\\boxed{\\frac{1}{2}}", "\\boxed{0.5}", "\\boxed{\\dfrac12}", "\\boxed{1/2}", "\\boxed{\\tfrac{1}{2}}"]
+)
 def test_one_half_in_every_spelling(written):
     assert grade(f"so the answer is {written}.", "0.5").correct
     assert grade(f"so the answer is {written}.", "\\frac{1}{2}").correct
@@ -76,7 +78,7 @@ def test_unreadable_prediction_is_undecided_not_right():
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.fractions(min_value=-10**6, max_value=10**6, max_denominator=1000))
+@given(st.fractions(min_value=-(10**6), max_value=10**6, max_denominator=1000))
 def test_numbers_round_trip_through_their_spellings(value):
     assert parse_number(f"\\frac{{{value.numerator}}}{{{value.denominator}}}") == value
     assert parse_number(f"{value.numerator}/{value.denominator}") == value

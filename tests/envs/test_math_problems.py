@@ -230,7 +230,11 @@ def _check_text_states_params(problem) -> None:
         rows = _parse_equations(problem.question)
         assert [r[:3] for r in rows] == problem.params["matrix"] and [r[3] for r in rows] == problem.params["rhs"]
         return
-    skip = {"ask", "periods_per_year", "first", "second", "start"} if problem.family == "dates" else {"ask", "periods_per_year"}
+    skip = (
+        {"ask", "periods_per_year", "first", "second", "start"}
+        if problem.family == "dates"
+        else {"ask", "periods_per_year"}
+    )
     for key, value in problem.params.items():
         if key in skip:
             continue
@@ -247,7 +251,9 @@ def test_every_evaluation_answer_is_rederived_independently():
         _check_text_states_params(problem)
 
 
-@pytest.mark.parametrize("knobs", [Knobs(), Knobs(digits=1, n_steps=1), Knobs(digits=12, n_steps=12, distractors=3)], ids=str)
+@pytest.mark.parametrize(
+    "knobs", [Knobs(), Knobs(digits=1, n_steps=1), Knobs(digits=12, n_steps=12, distractors=3)], ids=str
+)
 def test_training_answers_are_rederived_at_every_knob_setting(knobs):
     for seed in range(0, 450):
         problem = train_problem(seed, knobs)
@@ -271,7 +277,9 @@ def test_ood_slice_uses_only_held_out_templates_and_training_never_does():
         assert problem.held_out == (index in ood)
         assert template in (family.held_out if problem.held_out else family.templates)
     for family in FAMILIES.values():
-        assert {p.template.split("/")[1] for p in problems if p.family == family.name and p.held_out} == set(family.held_out)
+        assert {p.template.split("/")[1] for p in problems if p.family == family.name and p.held_out} == set(
+            family.held_out
+        )
     train_templates = {train_problem(seed).template.split("/")[1] for seed in range(2000)}
     held_out = {t for family in FAMILIES.values() for t in family.held_out}
     assert not train_templates & held_out
@@ -319,7 +327,12 @@ def test_knobs_change_size_length_and_distractors_but_not_the_answer():
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [({"digits": 0}, "digits"), ({"n_steps": 13}, "n_steps"), ({"distractors": 9}, "distractors"), ({"digits": True}, "digits")],
+    [
+        ({"digits": 0}, "digits"),
+        ({"n_steps": 13}, "n_steps"),
+        ({"distractors": 9}, "distractors"),
+        ({"digits": True}, "digits"),
+    ],
 )
 def test_bad_knobs_are_rejected_with_the_knob_named(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -101,7 +101,9 @@ def test_sync_runner_works_inside_a_running_event_loop():
 
 def test_cancelling_an_async_run_kills_it_and_cleans_up():
     async def cancel_midway():
-        task = asyncio.ensure_future(arun_python("import time\nprint('started', flush=True)\ntime.sleep(30)", timeout=30))
+        task = asyncio.ensure_future(
+            arun_python("import time\nprint('started', flush=True)\ntime.sleep(30)", timeout=30)
+        )
         await asyncio.sleep(0.5)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -61,7 +61,9 @@ def test_fork_through_os_is_refused_by_the_guard(level):
 @pytest.mark.parametrize("level", LEVELS_HERE)
 def test_fork_bomb_through_posix_is_bounded_and_leaves_no_survivor(level):
     if not HAS_CGROUP:
-        pytest.xfail("as root the kernel ignores RLIMIT_NPROC; without a writable pids cgroup nothing bounds a fork bomb")
+        pytest.xfail(
+            "as root the kernel ignores RLIMIT_NPROC; without a writable pids cgroup nothing bounds a fork bomb"
+        )
     code = (
         "import posix, time\n"
         "n = 0\n"

@@ -56,7 +56,7 @@ def _try_group(parent: Path) -> bool:
         _remove_dir(probe)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def pids_cgroup_parent() -> Path | None:
     """Where per-run groups can be created, or None where the machine does not allow it."""
     parent = _own_pids_cgroup_dir()

@@ -107,7 +107,13 @@ def _candidates() -> list[Isolation]:
     unshare = shutil.which("unshare")
     if unshare:
         found.append(
-            Isolation("process+netns", _unshare_net(unshare), network_namespace=True, pid_namespace=False, private_filesystem=False)
+            Isolation(
+                "process+netns",
+                _unshare_net(unshare),
+                network_namespace=True,
+                pid_namespace=False,
+                private_filesystem=False,
+            )
         )
         found.append(
             Isolation(
@@ -148,7 +154,7 @@ def _works(isolation: Isolation) -> bool:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def available_isolations() -> dict[str, Isolation]:
     """Every level that works on this machine, weakest first (probed once per process)."""
     return {iso.level: iso for iso in _candidates() if iso.level == "process" or _works(iso)}

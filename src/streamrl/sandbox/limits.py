@@ -36,7 +36,9 @@ class SandboxLimits:
             if not math.isfinite(value) or value <= 0:
                 raise ValueError(f"SandboxLimits.{name} must be positive and finite, got {value!r}")
         if self.memory_mb < 64:
-            raise ValueError(f"SandboxLimits.memory_mb must be at least 64 (the interpreter needs it), got {self.memory_mb}")
+            raise ValueError(
+                f"SandboxLimits.memory_mb must be at least 64 (the interpreter needs it), got {self.memory_mb}"
+            )
         if self.max_open_files < 16:
             raise ValueError(f"SandboxLimits.max_open_files must be at least 16, got {self.max_open_files}")
         if self.max_output_bytes < 256:

@@ -77,7 +77,11 @@ def classify(
     if killed_for == "timeout":
         return "timeout", f"TimeoutError: execution exceeded the {timeout_s:g} s time limit", returncode
     if killed_for == "output_limit":
-        return "output_limit", f"output limit exceeded (more than {max_output_bytes} bytes); execution stopped", returncode
+        return (
+            "output_limit",
+            f"output limit exceeded (more than {max_output_bytes} bytes); execution stopped",
+            returncode,
+        )
     if child is None:
         detail = last_line(stderr) or "the sandbox ended without a report"
         return "crashed", f"sandbox failure: {detail}", returncode

@@ -93,7 +93,11 @@ def load_rows(
     for index, record in enumerate(records):
         if not isinstance(record, dict):
             raise ValueError(f"{path}: row {index} is a {type(record).__name__}, not an object")
-        for field, option in ((question_field, "question_field"), (answer_field, "answer_field"), (type_field, "type_field")):
+        for field, option in (
+            (question_field, "question_field"),
+            (answer_field, "answer_field"),
+            (type_field, "type_field"),
+        ):
             if field is not None and field not in record:
                 known = ", ".join(sorted(map(str, record))) or "none"
                 raise ValueError(f"{path}: row {index} has no field {field!r} (its fields: {known}); set {option}=")

@@ -80,7 +80,10 @@ class MathTIREnv(Env):
         self.isolation = resolve_isolation(isolation).level
         self.knobs = problems.Knobs(digits=digits, n_steps=n_steps, distractors=distractors)
         self._instructions = tool_instructions(
-            session=self.session, max_tool_calls=self.max_tool_calls, result_format=result_format, style=prompt_style  # type: ignore[arg-type]
+            session=self.session,
+            max_tool_calls=self.max_tool_calls,
+            result_format=result_format,
+            style=prompt_style,  # type: ignore[arg-type]
         )
         self._checker = self._make_checker(math_verify)
         self._rows = load_rows(data_path, question_field, answer_field, type_field) if data_path is not None else None
@@ -110,7 +113,9 @@ class MathTIREnv(Env):
             return None
         checker = shared_checker()
         if math_verify and checker is None:
-            raise ValueError("math_tir: math_verify=True but the math-verify package is not installed (pip install 'streamrl[math]')")
+            raise ValueError(
+                "math_tir: math_verify=True but the math-verify package is not installed (pip install 'streamrl[math]')"
+            )
         return checker
 
     # ------------------------------------------------------------------ tasks
@@ -129,19 +134,29 @@ class MathTIREnv(Env):
     def _load_task(self, task_id: str) -> dict[str, Any]:
         split, _, index_text = task_id.partition("/")
         if not index_text.isdigit():
-            raise ValueError(f"math_tir: bad task_id {task_id!r} (expected '<split>/<n>', splits: {', '.join(self.spec.splits)})")
+            raise ValueError(
+                f"math_tir: bad task_id {task_id!r} (expected '<split>/<n>', splits: {', '.join(self.spec.splits)})"
+            )
         index = int(index_text)
         if self._rows is not None:
             if split != self._data_split or index >= len(self._rows):
                 raise ValueError(f"math_tir: task_id {task_id!r} is not in {self._data_split}/0..{len(self._rows) - 1}")
             row = self._rows[index]
-            return {"question": row.question, "answer": row.answer, "family": row.task_type, "template": None, "held_out": False}
+            return {
+                "question": row.question,
+                "answer": row.answer,
+                "family": row.task_type,
+                "template": None,
+                "held_out": False,
+            }
         if split == "train":
             problem = problems.train_problem(index, self.knobs)
         elif split == "test" and index < problems.TEST_SIZE:
             problem = problems.eval_set()[index]
         else:
-            raise ValueError(f"math_tir: bad task_id {task_id!r} (expected 'train/<seed>' or 'test/<0..{problems.TEST_SIZE - 1}>')")
+            raise ValueError(
+                f"math_tir: bad task_id {task_id!r} (expected 'train/<seed>' or 'test/<0..{problems.TEST_SIZE - 1}>')"
+            )
         return {
             "question": problem.question,
             "answer": problem.answer,
@@ -224,7 +239,9 @@ class MathTIREnv(Env):
         """Run ``code``; a sandbox failure becomes a ``crashed`` result, never an exception."""
         try:
             if not self.session:
-                return run_python(code, self.tool_timeout_s, self.memory_mb, isolation=self.isolation, echo_last_expr=True)
+                return run_python(
+                    code, self.tool_timeout_s, self.memory_mb, isolation=self.isolation, echo_last_expr=True
+                )
             if self._sandbox_session is None:
                 self._sandbox_session = PythonSession(self.tool_timeout_s, self.memory_mb, isolation=self.isolation)
             return self._sandbox_session.run(code)

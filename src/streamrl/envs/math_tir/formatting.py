@@ -45,5 +45,7 @@ def wrap_result(body: str, style: ResultFormat = "interpreter") -> str:
     raise ValueError(f"unknown math_tir result_format {style!r}; choose one of {RESULT_FORMATS}")
 
 
-def format_tool_result(result: SandboxResult, style: ResultFormat = "interpreter", limit: int = MAX_RESULT_CHARS) -> str:
+def format_tool_result(
+    result: SandboxResult, style: ResultFormat = "interpreter", limit: int = MAX_RESULT_CHARS
+) -> str:
     return wrap_result(truncate_middle(describe_execution(result), limit), style)

@@ -30,7 +30,9 @@ _TEXT_WRAPPERS = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox|operato
 _DECIMAL = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 _THOUSANDS = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _SLASH_FRACTION = re.compile(r"([-+]?\d+)\s*/\s*([-+]?\d+)")
-_LATEX_FRACTION = re.compile(r"(?P<sign>[-+]?)(?P<whole>\d+)?\\[dt]?frac\s*(?:\{(?P<a>[^{}]+)\}|(?P<a1>\d))\s*(?:\{(?P<b>[^{}]+)\}|(?P<b1>\d))")
+_LATEX_FRACTION = re.compile(
+    r"(?P<sign>[-+]?)(?P<whole>\d+)?\\[dt]?frac\s*(?:\{(?P<a>[^{}]+)\}|(?P<a1>\d))\s*(?:\{(?P<b>[^{}]+)\}|(?P<b1>\d))"
+)
 _TIMES_POWER = re.compile(r"(?P<m>[-+]?\d+(?:\.\d+)?)\s*(?:\\times|\\cdot|\*|x)\s*10\s*\^\s*\{?(?P<e>[-+]?\d+)\}?")
 _UNIT_TAIL = re.compile(r"^(?P<number>.*?\d)\s*(?:[a-zA-Z°][a-zA-Z°/.\s]*)$")
 

@@ -15,6 +15,8 @@ FORMAT_HINT = (
     "Your message had no ```python code block and no final \\boxed{} answer. "
     "To run code, put it in a ```python block; to finish, write the final answer as \\boxed{...}."
 )
+#: how the per-step layout shows an empty model turn (chat templates reject empty messages)
+EMPTY_TURN = "(empty reply)"
 _RESULT_TAGS = {"interpreter": "<interpreter></interpreter> tags", "output": "a ```output block"}
 
 
@@ -72,7 +74,9 @@ class MathPromptBuilder(PromptBuilder):
     ):
         if history_k is not None and (not isinstance(history_k, int) or history_k < 0):
             raise ValueError(f"math_tir history_k must be a non-negative int or None, got {history_k!r}")
-        self._system = tool_instructions(session=session, max_tool_calls=max_tool_calls, result_format=result_format, style=style)
+        self._system = tool_instructions(
+            session=session, max_tool_calls=max_tool_calls, result_format=result_format, style=style
+        )
         self.history_k = history_k
 
     def system_prompt(self) -> str:
@@ -102,7 +106,7 @@ class MathPromptBuilder(PromptBuilder):
                 messages[-1]["content"] += f"\n\n{seen}"
             elif index > 0:  # step 0's observation is the problem itself
                 messages.append({"role": "user", "content": seen})
-            messages.append({"role": "assistant", "content": action})
+            messages.append({"role": "assistant", "content": action or EMPTY_TURN})
         if history:
             messages.append({"role": "user", "content": observation})
         return messages

@@ -22,7 +22,9 @@ from typing import Any, Literal
 
 Syntax = Literal["fenced", "code_tag", "tool_call"]
 #: tool names a Hermes call may use for the Python tool
-PYTHON_TOOL_NAMES = frozenset({"code_interpreter", "python", "python_interpreter", "run_python", "execute_python", "ipython"})
+PYTHON_TOOL_NAMES = frozenset(
+    {"code_interpreter", "python", "python_interpreter", "run_python", "execute_python", "ipython"}
+)
 
 _FENCED = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\r?\n(?P<code>.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 _CODE_TAG = re.compile(r"<code>(?P<code>.*?)(?:</code>|\Z)", re.DOTALL)

@@ -11,7 +11,20 @@ from streamrl.envs.math_tir.problems.exact import HIGH_PRECISION, RejectDraw, fi
 from streamrl.envs.math_tir.problems.model import Draft, Family, Knobs, digits_number
 
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
-MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December")
+MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 
 
 def _is_prime(n: int) -> bool:
@@ -34,25 +47,44 @@ def build_number_theory(rng: random.Random, knobs: Knobs, template: str) -> Draf
     if template == "committee":
         n = rng.randint(20, 60)
         k = rng.randint(3, n // 2)
-        context = [f"A club has {n} members.", "A committee is any group of members; the order of choosing does not matter."]
-        return Draft(context, f"How many different committees of exactly {k} members can be formed?", str(math.comb(n, k)), {"n": n, "k": k})
+        context = [
+            f"A club has {n} members.",
+            "A committee is any group of members; the order of choosing does not matter.",
+        ]
+        return Draft(
+            context,
+            f"How many different committees of exactly {k} members can be formed?",
+            str(math.comb(n, k)),
+            {"n": n, "k": k},
+        )
     if template == "power_mod":
         digits = knobs.pick_digits(rng, 3, 6)
-        base, exponent, modulus = digits_number(rng, digits), digits_number(rng, digits + 1), digits_number(rng, digits) + 2
+        base, exponent, modulus = (
+            digits_number(rng, digits),
+            digits_number(rng, digits + 1),
+            digits_number(rng, digits) + 2,
+        )
         context = [f"Consider the number {base}^{exponent}, which is far too large to write out."]
         ask = f"What is the remainder when {base}^{exponent} is divided by {modulus}?"
-        return Draft(context, ask, str(pow(base, exponent, modulus)), {"base": base, "exponent": exponent, "modulus": modulus})
+        return Draft(
+            context, ask, str(pow(base, exponent, modulus)), {"base": base, "exponent": exponent, "modulus": modulus}
+        )
     if template in ("gcd_three", "lcm_three"):
         if template == "gcd_three":
             digits = knobs.pick_digits(rng, 5, 8)
             common = digits_number(rng, max(2, digits - 4))
             values = [common * digits_number(rng, digits - len(str(common)) + 1) for _ in range(3)]
-            context = [f"Three rolls of fabric are {values[0]}, {values[1]} and {values[2]} millimeters long.", "They must all be cut into pieces of one equal length, with nothing left over."]
+            context = [
+                f"Three rolls of fabric are {values[0]}, {values[1]} and {values[2]} millimeters long.",
+                "They must all be cut into pieces of one equal length, with nothing left over.",
+            ]
             ask = "What is the greatest possible piece length, in millimeters?"
             answer = math.gcd(*values)
         else:
             values = [rng.randint(12, 10 ** knobs.pick_digits(rng, 2, 3) - 1) for _ in range(3)]
-            context = [f"Three buses leave the depot together at noon; they return to it every {values[0]}, {values[1]} and {values[2]} minutes, respectively."]
+            context = [
+                f"Three buses leave the depot together at noon; they return to it every {values[0]}, {values[1]} and {values[2]} minutes, respectively."
+            ]
             ask = "After how many minutes are all three buses back at the depot at the same time for the first time?"
             answer = math.lcm(*values)
         return Draft(context, ask, str(answer), {"values": values})
@@ -85,7 +117,11 @@ def build_statistics(rng: random.Random, knobs: Knobs, template: str) -> Draft:
     listed = ", ".join(shown)
     mean = sum(values, Fraction(0)) / size
     if template == "test_scores_mean":
-        context, ask, value = [f"A class of {size} students scored {listed} points on a test."], "What is the mean score? Round to 2 decimal places.", mean
+        context, ask, value = (
+            [f"A class of {size} students scored {listed} points on a test."],
+            "What is the mean score? Round to 2 decimal places.",
+            mean,
+        )
     elif template == "house_prices_median":
         ordered = sorted(values)
         median = (ordered[(size - 1) // 2] + ordered[size // 2]) / 2
@@ -132,10 +168,20 @@ def build_dates(rng: random.Random, knobs: Knobs, template: str) -> Draft:
         return Draft(context, "How many days after the start was the report delivered?", str(days), params)
     if template == "age_in_days":
         context = [f"{rng.choice(('Ada', 'Bo', 'Cyrus', 'Dana'))} was born on {_spoken(first)}."]
-        return Draft(context, f"How many days old is this person on {_spoken(second)}? (The day of birth counts as 0 days old.)", str(days), params)
+        return Draft(
+            context,
+            f"How many days old is this person on {_spoken(second)}? (The day of birth counts as 0 days old.)",
+            str(days),
+            params,
+        )
     # inclusive_days (held out)
     context = [f"An exhibition opens on {_spoken(first)} and closes after its last day, {_spoken(second)}."]
-    return Draft(context, "On how many calendar days is the exhibition open, counting both the first and the last day?", str(days + 1), params)
+    return Draft(
+        context,
+        "On how many calendar days is the exhibition open, counting both the first and the last day?",
+        str(days + 1),
+        params,
+    )
 
 
 # ----------------------------------------------------------------------------- linear systems
@@ -178,7 +224,9 @@ def build_linear_system(rng: random.Random, knobs: Knobs, template: str) -> Draf
     answer = "(" + ", ".join(str(s) for s in solution) + ")"
     params = {"matrix": matrix, "rhs": rhs}
     if template == "equations":
-        context = ["Solve the system of equations: " + "; ".join(_equation(row, b) for row, b in zip(matrix, rhs)) + "."]
+        context = [
+            "Solve the system of equations: " + "; ".join(_equation(row, b) for row, b in zip(matrix, rhs)) + "."
+        ]
         return Draft(context, "Give the solution as an ordered triple (x, y, z).", answer, params)
     if template == "matrix_form":
         rows = "; ".join("[" + ", ".join(map(str, row)) + "]" for row in matrix)
@@ -190,7 +238,12 @@ def build_linear_system(rng: random.Random, knobs: Knobs, template: str) -> Draf
             for row, b in zip(matrix, rhs)
         ]
         context.insert(0, "At a market, each kind of fruit has a fixed whole-dollar price.")
-        return Draft(context, "What are the prices of one apple, one pear and one melon, in dollars? Answer as an ordered triple (apple, pear, melon).", answer, params)
+        return Draft(
+            context,
+            "What are the prices of one apple, one pear and one melon, in dollars? Answer as an ordered triple (apple, pear, melon).",
+            answer,
+            params,
+        )
     # ticket_sales
     days = ("Friday", "Saturday", "Sunday")
     context = ["A theater sells adult, child and senior tickets, each at a fixed whole-dollar price."]
@@ -198,12 +251,27 @@ def build_linear_system(rng: random.Random, knobs: Knobs, template: str) -> Draf
         f"On {day} it sold {row[0]} adult, {row[1]} child and {row[2]} senior tickets for ${b} in total."
         for day, row, b in zip(days, matrix, rhs)
     ]
-    return Draft(context, "What are the three ticket prices in dollars? Answer as an ordered triple (adult, child, senior).", answer, params)
+    return Draft(
+        context,
+        "What are the three ticket prices in dollars? Answer as an ordered triple (adult, child, senior).",
+        answer,
+        params,
+    )
 
 
 FAMILIES = (
-    Family("number_theory", ("committee", "power_mod", "gcd_three", "largest_prime_factor"), ("lcm_three",), build_number_theory),
-    Family("statistics", ("test_scores_mean", "house_prices_median", "temperatures_pstdev"), ("delivery_times_sstdev",), build_statistics),
+    Family(
+        "number_theory",
+        ("committee", "power_mod", "gcd_three", "largest_prime_factor"),
+        ("lcm_three",),
+        build_number_theory,
+    ),
+    Family(
+        "statistics",
+        ("test_scores_mean", "house_prices_median", "temperatures_pstdev"),
+        ("delivery_times_sstdev",),
+        build_statistics,
+    ),
     Family("dates", ("days_between", "weekday_after", "age_in_days"), ("inclusive_days",), build_dates),
     Family("linear_system", ("equations", "fruit_prices", "ticket_sales"), ("matrix_form",), build_linear_system),
 )

@@ -34,7 +34,12 @@ def _supply_costs(rng: random.Random, digits: int, steps: int) -> Draft:
     context += [f"It buys {q} {item} at ${money(c)} each." for item, (q, c) in zip(items, purchases)]
     context.append(f"Later it returns {returned} of the {items[0]} for a full refund.")
     params = {"purchases": [[q, money(c)] for q, c in purchases], "returned": returned}
-    return Draft(context, "How much does the cafe spend in total after the refund, in dollars (to the cent)?", money(total), params)
+    return Draft(
+        context,
+        "How much does the cafe spend in total after the refund, in dollars (to the cent)?",
+        money(total),
+        params,
+    )
 
 
 def _warehouse_value(rng: random.Random, digits: int, steps: int) -> Draft:
@@ -66,7 +71,11 @@ def _net_sales(rng: random.Random, digits: int, steps: int, stall: bool) -> Draf
     goods = "kg of apples" if stall else rng.choice(GOODS)[0]
     stock = start = digits_number(rng, digits)
     slots = TIMES if stall else DAYS
-    context = [f"A farm stand opens the day with {start} kg of apples." if stall else f"A hardware store starts the week with {start} {goods}."]
+    context = [
+        f"A farm stand opens the day with {start} kg of apples."
+        if stall
+        else f"A hardware store starts the week with {start} {goods}."
+    ]
     ops, revenue, sold = [], 0, 0
     for index in range(steps):
         when = slots[index % len(slots)]
@@ -76,12 +85,20 @@ def _net_sales(rng: random.Random, digits: int, steps: int, stall: bool) -> Draf
             stock, sold, revenue = stock - qty, sold + qty, revenue + qty * price
             ops.append(["sell", qty, money(price)])
             unit = "per kg" if stall else "each"
-            context.append(f"In the {when} it sells {qty} {goods} at ${money(price)} {unit}." if stall else f"On {when} it sells {qty} {goods} at ${money(price)} {unit}.")
+            context.append(
+                f"In the {when} it sells {qty} {goods} at ${money(price)} {unit}."
+                if stall
+                else f"On {when} it sells {qty} {goods} at ${money(price)} {unit}."
+            )
         elif kind == "restock":
             qty = digits_number(rng, max(1, digits - 1))
             stock += qty
             ops.append(["restock", qty])
-            context.append(f"In the {when} the farmer brings {qty} kg more." if stall else f"On {when} a delivery adds {qty} {goods}.")
+            context.append(
+                f"In the {when} the farmer brings {qty} kg more."
+                if stall
+                else f"On {when} a delivery adds {qty} {goods}."
+            )
         else:
             qty, refund = rng.randint(1, min(sold, 50)), rng.randint(100, 4999)
             stock, sold, revenue = stock + qty, sold - qty, revenue - qty * refund
@@ -124,13 +141,30 @@ def build_unit_conversion(rng: random.Random, knobs: Knobs, template: str) -> Dr
     shown = [fixed(p, 1) for p in parts]
     params: dict = {"values": shown}
     if template == "road_trip_meters":
-        context = [f"A road trip has {steps} legs of {_listing(shown)} miles.", "Use 1 mile = 1.609344 km and 1 km = 1000 m."]
-        ask, value, places = "How many meters long is the whole trip? Round to the nearest meter.", sum(parts) * MILE_KM * 1000, 0
+        context = [
+            f"A road trip has {steps} legs of {_listing(shown)} miles.",
+            "Use 1 mile = 1.609344 km and 1 km = 1000 m.",
+        ]
+        ask, value, places = (
+            "How many meters long is the whole trip? Round to the nearest meter.",
+            sum(parts) * MILE_KM * 1000,
+            0,
+        )
     elif template == "fuel_liters":
-        context = [f"A delivery van is refueled {steps} times, with {_listing(shown)} US gallons.", "One US gallon is 3.785411784 liters."]
-        ask, value, places = "How many liters of fuel is that in total? Round to 2 decimal places.", sum(parts) * GALLON_L, 2
+        context = [
+            f"A delivery van is refueled {steps} times, with {_listing(shown)} US gallons.",
+            "One US gallon is 3.785411784 liters.",
+        ]
+        ask, value, places = (
+            "How many liters of fuel is that in total? Round to 2 decimal places.",
+            sum(parts) * GALLON_L,
+            2,
+        )
     elif template == "parcel_kg":
-        context = [f"A courier loads {steps} parcels weighing {_listing(shown)} pounds.", "One pound is 0.45359237 kilograms."]
+        context = [
+            f"A courier loads {steps} parcels weighing {_listing(shown)} pounds.",
+            "One pound is 0.45359237 kilograms.",
+        ]
         ask, value, places = "What is the total mass in kilograms? Round to 2 decimal places.", sum(parts) * POUND_KG, 2
     elif template == "oven_kelvin":
         start = rng.randint(250, 500)
@@ -141,12 +175,23 @@ def build_unit_conversion(rng: random.Random, knobs: Knobs, template: str) -> Dr
             "Celsius is C = (F - 32) * 5/9 and kelvin is K = C + 273.15.",
         ]
         fahrenheit = start + sum(raises)
-        ask, value, places = "What is the final oven temperature in kelvins? Round to 2 decimal places.", (fahrenheit - 32) * Fraction(5, 9) + Fraction("273.15"), 2
+        ask, value, places = (
+            "What is the final oven temperature in kelvins? Round to 2 decimal places.",
+            (fahrenheit - 32) * Fraction(5, 9) + Fraction("273.15"),
+            2,
+        )
     elif template == "speed_ms":
         speed = _tenths(rng, min(digits + 1, 3))
         params = {"mph": fixed(speed, 1)}
-        context = [f"A train travels at {fixed(speed, 1)} miles per hour.", "Use 1 mile = 1.609344 km, 1 km = 1000 m and 1 hour = 3600 s."]
-        ask, value, places = "What is its speed in meters per second? Round to 2 decimal places.", speed * MILE_KM * 1000 / 3600, 2
+        context = [
+            f"A train travels at {fixed(speed, 1)} miles per hour.",
+            "Use 1 mile = 1.609344 km, 1 km = 1000 m and 1 hour = 3600 s.",
+        ]
+        ask, value, places = (
+            "What is its speed in meters per second? Round to 2 decimal places.",
+            speed * MILE_KM * 1000 / 3600,
+            2,
+        )
     else:  # lab_fahrenheit (held out)
         start = Fraction(rng.randint(-300, 400), 10)
         drops = [Fraction(rng.randint(5, 250), 10) for _ in range(steps - 1)]
@@ -155,7 +200,11 @@ def build_unit_conversion(rng: random.Random, knobs: Knobs, template: str) -> Dr
             f"A lab sample starts at {fixed(start, 1)} degrees Celsius and is cooled by {_listing([fixed(d, 1) for d in drops])} degrees Celsius in turn.",
             "Fahrenheit is F = C * 9/5 + 32.",
         ]
-        ask, value, places = "What is the sample's final temperature in degrees Fahrenheit? Round to 1 decimal place.", (start - sum(drops)) * Fraction(9, 5) + 32, 1
+        ask, value, places = (
+            "What is the sample's final temperature in degrees Fahrenheit? Round to 1 decimal place.",
+            (start - sum(drops)) * Fraction(9, 5) + 32,
+            1,
+        )
     return Draft(context, ask, f"{round_stated(value, places):f}", params)
 
 

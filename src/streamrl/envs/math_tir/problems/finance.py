@@ -8,7 +8,22 @@ from fractions import Fraction
 from streamrl.envs.math_tir.problems.exact import HIGH_PRECISION, RejectDraw, fixed, money, round_stated, to_decimal
 from streamrl.envs.math_tir.problems.model import Draft, Family, Knobs, digits_number
 
-NAMES = ("Ana", "Ben", "Chloe", "Dev", "Elena", "Farid", "Grace", "Hiro", "Ines", "Jamal", "Kira", "Luis", "Maya", "Noah")
+NAMES = (
+    "Ana",
+    "Ben",
+    "Chloe",
+    "Dev",
+    "Elena",
+    "Farid",
+    "Grace",
+    "Hiro",
+    "Ines",
+    "Jamal",
+    "Kira",
+    "Luis",
+    "Maya",
+    "Noah",
+)
 COMPOUNDING = {1: "annually", 4: "quarterly", 12: "monthly", 365: "daily"}
 
 
@@ -29,14 +44,22 @@ def build_compound_interest(rng: random.Random, knobs: Knobs, template: str) -> 
     continuous = template in ("continuous", "continuous_interest")
     if continuous:
         periods = None
-        amount = HIGH_PRECISION.multiply(to_decimal(principal), HIGH_PRECISION.exp(to_decimal(Fraction(rate_bp * years, 10000))))
+        amount = HIGH_PRECISION.multiply(
+            to_decimal(principal), HIGH_PRECISION.exp(to_decimal(Fraction(rate_bp * years, 10000)))
+        )
     else:
         periods = rng.choice(sorted(COMPOUNDING))
         growth = HIGH_PRECISION.power(to_decimal(1 + Fraction(rate_bp, 10000 * periods)), periods * years)
         amount = HIGH_PRECISION.multiply(to_decimal(principal), growth)
     wants_interest = template in ("interest_earned", "continuous_interest")
     value = HIGH_PRECISION.subtract(amount, to_decimal(principal)) if wants_interest else amount
-    params = {"principal": principal, "rate_percent": rate, "periods_per_year": periods, "years": years, "ask": "interest" if wants_interest else "balance"}
+    params = {
+        "principal": principal,
+        "rate_percent": rate,
+        "periods_per_year": periods,
+        "years": years,
+        "ask": "interest" if wants_interest else "balance",
+    }
     cents = "Round to the nearest cent."
     if template == "balance":
         context = [
@@ -82,14 +105,22 @@ def build_loan(rng: random.Random, knobs: Knobs, template: str) -> Draft:
         down = rng.randint(10, 30)
         years = rng.randint(3, 7)
         principal = Fraction(price, 100) * Fraction(100 - down, 100)
-        params = {"price": fixed(Fraction(price, 100), 2), "down_percent": down, "rate_percent": rate, "years": years, "ask": "payment"}
+        params = {
+            "price": fixed(Fraction(price, 100), 2),
+            "down_percent": down,
+            "rate_percent": rate,
+            "years": years,
+            "ask": "payment",
+        }
         context = [
             f"{name} buys a car for ${fixed(Fraction(price, 100), 2)}, pays {down}% of the price up front and finances the rest.",
             f"The loan runs {years} years at {rate}% a year, compounded monthly, with equal monthly payments.",
             formula,
         ]
         payment = round_stated(_monthly_payment(principal, rate_bp, 12 * years), 2)
-        return Draft(context, "What is the monthly payment in dollars? Round to the nearest cent.", f"{payment:f}", params)
+        return Draft(
+            context, "What is the monthly payment in dollars? Round to the nearest cent.", f"{payment:f}", params
+        )
     principal = digits_number(rng, knobs.pick_digits(rng, 4, 6))
     years = rng.randint(2, 30)
     months = 12 * years
@@ -103,7 +134,9 @@ def build_loan(rng: random.Random, knobs: Knobs, template: str) -> Draft:
             f"and repays it in equal monthly payments over {years} years.",
             formula,
         ]
-        return Draft(context, "What is the monthly payment in dollars? Round to the nearest cent.", f"{payment:f}", params)
+        return Draft(
+            context, "What is the monthly payment in dollars? Round to the nearest cent.", f"{payment:f}", params
+        )
     if template == "total_interest":
         context = [
             f"A small business takes out a loan of ${principal} at {rate}% a year, compounded monthly, "
@@ -119,7 +152,12 @@ def build_loan(rng: random.Random, knobs: Knobs, template: str) -> Draft:
         "with interest compounded monthly and equal monthly payments.",
         rounded_rule,
     ]
-    return Draft(context, "How much money will the family have paid in total once the mortgage is repaid?", f"{payment * months:f}", params)
+    return Draft(
+        context,
+        "How much money will the family have paid in total once the mortgage is repaid?",
+        f"{payment * months:f}",
+        params,
+    )
 
 
 # ----------------------------------------------------------------------------- percent chains
@@ -138,8 +176,18 @@ def build_percent_chain(rng: random.Random, knobs: Knobs, template: str) -> Draf
         bill = digits_number(rng, knobs.pick_digits(rng, 2, 3)) * 100 + rng.randint(0, 99)
         discount, tip = rng.randint(5, 30), rng.randint(10, 25)
         tax_bp = rng.randint(200, 1050)
-        total = Fraction(bill, 100) * Fraction(100 - discount, 100) * (1 + Fraction(tax_bp, 10000)) * Fraction(100 + tip, 100)
-        params = {"bill": money(bill), "discount_percent": discount, "tax_percent": _percent_text(tax_bp), "tip_percent": tip}
+        total = (
+            Fraction(bill, 100)
+            * Fraction(100 - discount, 100)
+            * (1 + Fraction(tax_bp, 10000))
+            * Fraction(100 + tip, 100)
+        )
+        params = {
+            "bill": money(bill),
+            "discount_percent": discount,
+            "tax_percent": _percent_text(tax_bp),
+            "tip_percent": tip,
+        }
         context = [
             f"A dinner bill comes to ${money(bill)}.",
             f"A coupon takes {discount}% off the bill, then {_percent_text(tax_bp)}% sales tax is added to the discounted amount, "
@@ -154,7 +202,9 @@ def build_percent_chain(rng: random.Random, knobs: Knobs, template: str) -> Draf
             start = digits_number(rng, knobs.pick_digits(rng, 4, 6)) * 100
             changes = [abs(c) for c in changes[:-1]] + [-abs(changes[-1])]
             story = [f"{rng.choice(NAMES)} starts a job with a yearly salary of ${money(start)}."]
-            story += [f"In year {k + 1} the salary {_change_sentence(c, 'rises', 'is cut')}." for k, c in enumerate(changes)]
+            story += [
+                f"In year {k + 1} the salary {_change_sentence(c, 'rises', 'is cut')}." for k, c in enumerate(changes)
+            ]
             ask = "What is the salary after these changes, in dollars? Round only the final amount to the nearest cent."
         else:
             start = digits_number(rng, knobs.pick_digits(rng, 2, 4)) * 100 + rng.randint(0, 99)
@@ -186,7 +236,12 @@ def build_percent_chain(rng: random.Random, knobs: Knobs, template: str) -> Draf
 
 
 FAMILIES = (
-    Family("compound_interest", ("balance", "interest_earned", "continuous"), ("continuous_interest",), build_compound_interest),
+    Family(
+        "compound_interest",
+        ("balance", "interest_earned", "continuous"),
+        ("continuous_interest",),
+        build_compound_interest,
+    ),
     Family("loan_payment", ("monthly_payment", "total_interest", "car_loan"), ("mortgage_total_paid",), build_loan),
     Family(
         "percent_chain",

@@ -28,7 +28,9 @@ class Knobs:
     def __post_init__(self) -> None:
         for name, (low, high) in (("digits", DIGITS_RANGE), ("n_steps", STEPS_RANGE)):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high
+            ):
                 raise ValueError(f"math_tir knob {name} must be an int in [{low}, {high}] or None, got {value!r}")
         if isinstance(self.distractors, bool) or not isinstance(self.distractors, int):
             raise ValueError(f"math_tir knob distractors must be an int, got {self.distractors!r}")
