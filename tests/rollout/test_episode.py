@@ -76,13 +76,18 @@ def test_a_hanging_step_times_out_and_is_released_by_close():
     assert env.closed  # play() closes the env, which releases the hung call
 
 
-def test_an_environment_returning_garbage_is_an_env_error():
+@pytest.mark.parametrize(
+    "returned, message",
+    [(("obs", 1.0, True), "not StepResult"), (StepResult("o", None, True, False, {}), "reward"),
+     (StepResult("o", float("nan"), True, False, {}), "reward"), (StepResult(3, 0.0, True, False, {}), "observation")],
+)
+def test_an_environment_returning_garbage_is_an_env_error(returned, message):
     class Broken(ToyEnv):
         def step(self, action):
-            return ("obs", 1.0, True)
+            return returned
 
     trajectory = episode(env=Broken())
-    assert trajectory.end_reason == "env_error" and "StepResult" in trajectory.error
+    assert trajectory.end_reason == "env_error" and message in trajectory.error
 
 
 def test_a_tool_timeout_raised_by_the_environment_is_an_env_error_not_a_hang():

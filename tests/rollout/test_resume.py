@@ -85,6 +85,8 @@ def test_state_must_match_the_settings_and_be_loaded_before_start():
     state = rollout.state_dict()
     with pytest.raises(ValueError, match="mode"):
         make_rollout(["t:1"], mode="group", group_size=1).load_state_dict(state)
+    with pytest.raises(ValueError, match="lacks buffer"):
+        make_rollout(["t:1"]).load_state_dict({k: v for k, v in state.items() if k != "buffer"})
 
     async def main():
         async with rollout:

@@ -36,6 +36,10 @@ from streamrl.rollout.trajectory import DispatchRecord, Trajectory
 
 Mode = Literal["stream", "group"]
 STATE_FORMAT = 1
+_STATE_KEYS = (
+    "format", "mode", "group_size", "dispatch_seq", "group_seq", "admitted", "start_version", "learner_version",
+    "batches_delivered", "event_seq", "end_reasons", "finished_ids", "rng", "inflight", "buffer",
+)
 
 
 class RolloutError(RuntimeError):
@@ -115,6 +119,11 @@ class Rollout:
     The trainer calls ``await next_batch()`` to receive trajectories, ``publish(version)`` after
     each optimiser step (having called ``engine.update_weights`` itself), ``state_dict()`` when it
     checkpoints, and ``await close()`` at the end (or uses ``async with``).
+
+    Versions: the learner's steps are counted from ``engine.version`` at construction (restored by
+    ``load_state_dict``). A trajectory's ``lag`` is set when it is delivered: the learner version
+    then, minus the version behind its oldest turn. The rollout does not own the engine and never
+    closes it.
     """
 
     def __init__(
@@ -282,7 +291,7 @@ class Rollout:
         """
         version, internal, gauss = self._rng.getstate()
         inflight = [f.record for f in self._inflight.values()] + self._reissue
-        return {
+        state = {
             "format": STATE_FORMAT,
             "mode": self.settings.mode,
             "group_size": self.settings.group_size,
@@ -299,6 +308,8 @@ class Rollout:
             "inflight": [record.to_dict() for record in sorted(inflight, key=lambda r: r.seq)],
             "buffer": self._buffer.state_dict(),
         }
+        assert set(state) == set(_STATE_KEYS)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a checkpoint; call before ``start``/``next_batch``."""
@@ -306,6 +317,9 @@ class Rollout:
             raise RolloutError("load_state_dict must be called before the rollout starts")
         if state.get("format") != STATE_FORMAT:
             raise ValueError(f"rollout state has format {state.get('format')!r}, expected {STATE_FORMAT}")
+        missing = sorted(set(_STATE_KEYS) - set(state))
+        if missing:
+            raise ValueError(f"rollout state lacks {', '.join(missing)}")
         for key in ("mode", "group_size"):
             if state[key] != getattr(self.settings, key):
                 raise ValueError(f"rollout state was saved with {key}={state[key]!r}, settings have {getattr(self.settings, key)!r}")

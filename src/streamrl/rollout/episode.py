@@ -8,7 +8,6 @@ weights between two turns, the trajectory straddles versions and says so turn by
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -185,8 +184,9 @@ class EpisodeRunner:
             except Exception as error:
                 raise _EpisodeEnded("parser_error", f"parser raised {type(error).__name__}: {error}") from None
             step = await self._env_call(env.step(parsed.action), "step")
-            if not isinstance(step, StepResult) or not isinstance(step.info, dict):
-                raise _EpisodeEnded("env_error", f"env.step returned {type(step).__name__}, not StepResult")
+            problem = _malformed_step(step)
+            if problem:
+                raise _EpisodeEnded("env_error", problem)
             # the parser judges the format; an environment may reject it too (e.g. an out-of-range guess)
             format_valid = parsed.format_valid and bool(step.info.get("format_valid", True))
             info = {**step.info, "format_valid": format_valid}
@@ -272,6 +272,17 @@ class EpisodeRunner:
         if result.finish_reason == "abort":
             raise _EpisodeEnded("engine_abort", result.error)
         return result
+
+
+def _malformed_step(step: Any) -> str | None:
+    """Why an environment step result cannot be recorded, or None when it is sound."""
+    if not isinstance(step, StepResult):
+        return f"env.step returned {type(step).__name__}, not StepResult"
+    if not isinstance(step.observation, str) or not isinstance(step.info, dict):
+        return "env.step returned a StepResult whose observation is not a str or whose info is not a dict"
+    if isinstance(step.reward, bool) or not isinstance(step.reward, (int, float)) or not math.isfinite(step.reward):
+        return f"env.step returned the reward {step.reward!r}, not a finite number"
+    return None
 
 
 def _malformed(result: Any, max_new_tokens: int) -> str | None:
