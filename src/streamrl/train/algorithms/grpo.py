@@ -1,0 +1,20 @@
+"""GRPO and Dr.GRPO (algorithms.md s2): synchronous groups, group-relative advantages."""
+
+from __future__ import annotations
+
+from streamrl.algos import grpo_advantages, grpo_group_stats
+from streamrl.train.batch import Batch
+from streamrl.train.learner import Learner, Prepared
+
+
+class GRPOLearner(Learner):
+    name = "grpo"
+    rollout_mode = "group"
+
+    def prepare(self, batch: Batch, old) -> Prepared:
+        rewards = batch.outcomes()
+        groups = [t.group_id or t.request_id for t in batch.trajectories]
+        adv = grpo_advantages(rewards, groups, scale_by_std=self.algo.scale_by_std)
+        metrics = grpo_group_stats(rewards, groups)
+        metrics["partial_groups"] = float(sum(t.partial_group for t in batch.trajectories))
+        return Prepared(turn_advantages=adv[batch.turns.trajectory], metrics=metrics)

@@ -1,0 +1,60 @@
+"""Prompt sources that let a tracker drive dispatch (prioritised sampling, SPO++'s frozen reads)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Callable, Sequence
+
+from streamrl.rollout import DispatchMeta, Trajectory
+
+
+class TrackerSource:
+    """Samples prompts by the tracker's weights (``w = sqrt(v(1-v)) / N^gamma + eps``).
+
+    With ``freeze=True`` (SPO++'s event-time memory) each dispatch reads and freezes the baseline
+    at the serving event ``z``, each arriving result is recorded at its own ``z`` (idempotent per
+    request id), and each publish advances the event clock.
+    """
+
+    def __init__(
+        self,
+        prompt_ids: Sequence[str],
+        tracker: Any,
+        outcome: Callable[[Trajectory], float],
+        *,
+        freeze: bool,
+    ):
+        if not prompt_ids:
+            raise ValueError("the training prompt pool is empty")
+        self._prompt_ids = list(prompt_ids)
+        self.tracker = tracker
+        self.outcome = outcome
+        self.freeze = freeze
+
+    def prompt_ids(self) -> Sequence[str]:
+        return self._prompt_ids
+
+    def select(self, candidates: Sequence[str], rng: random.Random) -> str:
+        candidates = list(candidates)
+        weights = self.tracker.sampling_weights(candidates)
+        return rng.choices(candidates, weights=weights, k=1)[0]
+
+    def on_dispatch(self, prompt_id: str) -> DispatchMeta:
+        if not self.freeze:
+            return DispatchMeta()
+        read = self.tracker.dispatch(prompt_id)
+        return DispatchMeta(z=read.z, baseline=read.baseline, extra={"v_hat": read.v_hat, "n_eff": read.n_eff})
+
+    def on_result(self, trajectory: Trajectory) -> None:
+        if self.freeze and trajectory.outcome is not None and trajectory.dispatch.z is not None:
+            self.tracker.record(trajectory.prompt_id, trajectory.dispatch.z, clamp_reward(self.tracker, self.outcome(trajectory)), trajectory.request_id)
+
+    def on_publish(self, version: int) -> None:
+        if self.freeze:
+            self.tracker.publish()
+
+
+def clamp_reward(tracker: Any, reward: float) -> float:
+    """Keep a shaped outcome inside the tracker's reward range (penalties can push it below)."""
+    low, high = tracker.reward_range
+    return min(max(reward, low), high)

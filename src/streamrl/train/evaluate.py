@@ -1,0 +1,102 @@
+"""Evaluation on a fixed task set: every task played once, success overall and by task type."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamrl.envs import make, make_parser, make_prompt_builder
+from streamrl.policy.api import InferenceEngine, SamplingParams
+from streamrl.rollout import EpisodeRunner, EpisodeSettings, Trajectory
+from streamrl.rollout.evaluate import run_episodes
+from streamrl.train.config import Config
+
+
+@dataclass
+class EvalResult:
+    split: str
+    policy_version: int
+    episodes: int
+    success: float
+    by_task_type: dict[str, dict[str, float]] = field(default_factory=dict)
+    mean_turns: float = 0.0
+    format_invalid_frac: float = 0.0
+    crashed: int = 0
+
+    def metrics(self) -> dict[str, Any]:
+        flat: dict[str, Any] = {
+            "split": self.split,
+            "episodes": self.episodes,
+            "success": self.success,
+            "mean_turns": self.mean_turns,
+            "format_invalid_frac": self.format_invalid_frac,
+            "crashed": self.crashed,
+            "policy_version": self.policy_version,
+        }
+        for task_type, row in self.by_task_type.items():
+            flat[f"success/{task_type}"] = row["success"]
+        return flat
+
+
+def summarise(trajectories: list[Trajectory], split: str, version: int) -> EvalResult:
+    by_type: dict[str, list[bool]] = defaultdict(list)
+    for t in trajectories:
+        by_type[t.task_type or "unknown"].append(bool(t.won))
+    turns = sum(len(t.turns) for t in trajectories)
+    return EvalResult(
+        split=split,
+        policy_version=version,
+        episodes=len(trajectories),
+        success=sum(t.won for t in trajectories) / max(len(trajectories), 1),
+        by_task_type={k: {"success": sum(v) / len(v), "episodes": float(len(v))} for k, v in sorted(by_type.items())},
+        mean_turns=turns / max(len(trajectories), 1),
+        format_invalid_frac=sum(sum(t.invalid_flags) for t in trajectories) / max(turns, 1),
+        crashed=sum(t.outcome is None for t in trajectories),
+    )
+
+
+def episode_settings(config: Config, temperature: float | None = None) -> EpisodeSettings:
+    """The episode settings training rollouts use (evaluation may change the temperature)."""
+    rollout = config.rollout
+    return EpisodeSettings(
+        layout=rollout.layout,
+        sampling=SamplingParams(
+            temperature=rollout.temperature if temperature is None else temperature,
+            top_p=rollout.top_p,
+            max_new_tokens=rollout.max_new_tokens,
+        ),
+        max_turns=rollout.max_turns,
+        max_context_tokens=rollout.max_context_tokens,
+        env_timeout_s=rollout.step_timeout_s,
+    )
+
+
+def episode_runner(config: Config, engine: InferenceEngine, codec: Any, settings: EpisodeSettings) -> EpisodeRunner:
+    env = config.env
+    return EpisodeRunner(
+        engine, codec, make_parser(env.name, **env.parser), make_prompt_builder(env.name, **env.prompt), settings
+    )
+
+
+def eval_task_ids(config: Config) -> tuple[str, list[str]]:
+    env = make(config.env.name, **config.env.options)
+    try:
+        split = config.env.eval_split or env.spec.eval_split
+        return split, env.task_ids(split, limit=config.env.eval_tasks)
+    finally:
+        env.close()
+
+
+async def evaluate(config: Config, engine: InferenceEngine, codec: Any, tag: str = "eval") -> EvalResult:
+    split, task_ids = eval_task_ids(config)
+    settings = episode_settings(config, temperature=0.0 if config.eval.greedy else config.eval.temperature)
+    trajectories = await run_episodes(
+        episode_runner(config, engine, codec, settings),
+        lambda: make(config.env.name, **config.env.options),
+        task_ids,
+        concurrency=config.eval.concurrency or config.rollout.concurrency,
+        seed=config.train.seed,
+        request_prefix=tag,
+    )
+    return summarise(trajectories, split, engine.version)

@@ -1,0 +1,347 @@
+"""The learner base: one optimiser step (or a few PPO epochs) from a batch of trajectories.
+
+An algorithm (``streamrl.train.algorithms``) supplies what differs: where prompts come from,
+how turn advantages are computed, and optional extra loss terms (SAPO's value heads). Everything
+else is shared here: collation, proximal and reference log-probs, truncated importance weights,
+the clipped policy loss with global denominators over micro-batches, gradient clipping, metrics.
+
+Formulas live in ``streamrl.algos``; this module only assembles them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from streamrl.algos import aggregate, kl_estimate, ppo_policy_loss, tis_weights
+from streamrl.policy.scoring import ScoreOutput, forward_for_loss, score
+from streamrl.rollout import PromptSource, Trajectory, UniformPromptSource
+from streamrl.train.batch import Batch, collate, micro_batches, shaped_turn_rewards
+from streamrl.train.config import Config
+
+
+@dataclass
+class Prepared:
+    """What an algorithm computes before the update (all detached)."""
+
+    #: per global turn ``[M]``: the advantage broadcast to that turn's action tokens
+    turn_advantages: torch.Tensor
+    #: turns whose tokens enter the policy loss ``[M]`` bool (default: all)
+    policy_turns: torch.Tensor | None = None
+    #: algorithm-specific tensors for ``extra_loss``
+    extra: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Probe:
+    """The first micro-batch of an update and its log-probs before the update (to measure drift)."""
+
+    tensors: dict[str, torch.Tensor]
+    logprobs: torch.Tensor
+
+
+@dataclass
+class MicroBatch:
+    rows: list[int]
+    tensors: dict[str, torch.Tensor]
+    #: global turn ids whose boundaries fall in these rows, and their (local row, column) positions
+    turn_ids: torch.Tensor
+    pre_positions: tuple[torch.Tensor, torch.Tensor]
+    post_positions: tuple[torch.Tensor, torch.Tensor]
+
+
+class Learner:
+    """Subclasses set ``name`` and implement ``prepare``; see ``streamrl.train.algorithms``."""
+
+    name = "base"
+    rollout_mode = "stream"
+    #: read values at turn boundaries in the training forward (SAPO)
+    reads_values = False
+
+    def __init__(
+        self, config: Config, policy: Any, reference: Any | None = None, reward_range: tuple[float, float] = (0.0, 1.0)
+    ):
+        self.config = config
+        #: the environment's reward range times ``reward.scale``: outcomes live here
+        self.reward_range = (reward_range[0] * config.reward.scale, reward_range[1] * config.reward.scale)
+        self.algo = config.algo
+        self.policy = policy
+        self.reference = reference
+        self.model = policy.model
+        self.optimizer = torch.optim.AdamW(
+            policy.trainable_parameters(),
+            lr=config.optim.lr,
+            betas=tuple(config.optim.betas),
+            weight_decay=config.optim.weight_decay,
+        )
+        self.temperature = config.rollout.temperature
+        self.steps_done = 0
+
+    # -- what algorithms override ---------------------------------------------------------------
+
+    def make_source(self, prompt_ids: list[str]) -> PromptSource:
+        return UniformPromptSource(prompt_ids)
+
+    def prepare(self, batch: Batch, old: ScoreOutput | None) -> Prepared:
+        raise NotImplementedError
+
+    def needs_old_pass(self) -> bool:
+        """Whether advantages need a no-grad forward before the update (values, multi-epoch)."""
+        return self.algo.epochs > 1 or self.algo.mini_batches > 1 or self.reads_values
+
+    def extra_loss(
+        self, batch: Batch, prepared: Prepared, micro: MicroBatch, out: ScoreOutput, counts: dict[str, Any]
+    ) -> tuple[torch.Tensor | None, dict[str, float]]:
+        return None, {}
+
+    def finish(self, delivered: list[Trajectory], batch: Batch | None, probe: Probe | None) -> dict[str, float]:
+        """After the update (or its skip): absorb results into trackers, train a critic."""
+        return {}
+
+    def observe(self, trajectories: list[Trajectory]) -> dict[str, float]:
+        """Every delivered trajectory, stale or crashed ones included (before the update)."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"steps_done": self.steps_done}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.steps_done = int(state.get("steps_done", 0))
+
+    def tensor_state(self) -> dict[str, Any]:
+        """Tensors to checkpoint with ``torch.save`` (the policy weights are saved separately)."""
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_tensor_state(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+
+    # -- helpers for algorithms -------------------------------------------------------------------
+
+    @property
+    def excluded_ids(self) -> tuple[int, ...]:
+        return tuple(self.policy.banned_token_ids)
+
+    def outcome(self, trajectory: Trajectory) -> float:
+        """R_i in reward units, shaped by the reward config."""
+        reward = self.config.reward
+        return sum(shaped_turn_rewards(trajectory, reward.scale, reward.invalid_format_penalty))
+
+    def score_batch(self, model: Any, batch: Batch, values: bool = False) -> ScoreOutput:
+        value_mask = None
+        if values:
+            value_mask = torch.zeros_like(batch.action_mask)
+            value_mask.view(-1)[batch.pre_action] = True
+            value_mask.view(-1)[batch.post_action] = True
+            value_mask.view(-1)[batch.bootstrap[batch.bootstrap >= 0]] = True
+        tensors = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "token_mask": batch.action_mask}
+        if value_mask is not None:
+            tensors["value_mask"] = value_mask
+        return score(
+            model,
+            tensors,
+            micro_batch_size=self.config.optim.micro_batch_size,
+            excluded_ids=self.excluded_ids,
+            value_token_ids=self.policy.value_token_ids if values else None,
+            temperature=self.temperature,
+            with_entropy=False,
+        )
+
+    # -- the step ---------------------------------------------------------------------------------
+
+    def step(self, trajectories: list[Trajectory]) -> dict[str, float]:
+        started = time.perf_counter()
+        metrics = self.observe(trajectories)
+        usable = [t for t in trajectories if t.outcome is not None and t.turns and not t.excluded_from_loss]
+        metrics.update(_delivery_metrics(trajectories, usable))
+        if not usable:
+            metrics.update(self.finish(trajectories, None, None), skipped=1.0)
+            self.steps_done += 1
+            return metrics
+        batch = collate(
+            usable,
+            reward_scale=self.config.reward.scale,
+            invalid_penalty=self.config.reward.invalid_format_penalty,
+            pad_id=self.policy.tokenizer.pad_token_id or 0,
+        )
+        old = self.score_batch(self.model, batch, values=self.reads_values) if self.needs_old_pass() else None
+        ref = None
+        if self.algo.kl_coef > 0:
+            if self.reference is None:
+                raise RuntimeError("algo.kl_coef > 0 needs a reference model (train.reference_model: true)")
+            ref = self.score_batch(self.reference.model, batch).logprobs
+        prepared = self.prepare(batch, old)
+        metrics.update(prepared.metrics)
+        update_metrics, probe = self._update(batch, prepared, old, ref)
+        metrics.update(update_metrics)
+        metrics.update(self.finish(trajectories, batch, probe))
+        self.steps_done += 1
+        metrics["learner_time_s"] = time.perf_counter() - started
+        return metrics
+
+    def _update(
+        self, batch: Batch, prepared: Prepared, old: ScoreOutput | None, ref: torch.Tensor | None
+    ) -> tuple[dict[str, float], Probe | None]:
+        algo, optim = self.algo, self.config.optim
+        token_adv = _broadcast(prepared.turn_advantages, batch.token_turn).float()
+        loss_mask = batch.action_mask.clone()
+        if prepared.policy_turns is not None:
+            keep_turn = torch.cat([prepared.policy_turns, torch.zeros(1, dtype=torch.bool)])
+            loss_mask &= keep_turn[batch.token_turn]
+        policy_active = bool((token_adv[loss_mask] != 0).any())
+        if not policy_active and not self.reads_values and not algo.kl_coef:
+            return {"actor_skipped": 1.0}, None
+
+        self.model.train()
+        weighted: dict[str, float] = {}  # token-weighted means (PPO diagnostics)
+        shares: dict[str, float] = {}  # global-denominator shares: their sum is the mini-batch value
+        ratio_max, grad_norms, probe = 1.0, [], None
+        norm_length = algo.norm_length or int(batch.trajectory_lengths().max())
+        generator = torch.Generator().manual_seed(self.config.train.seed * 100_003 + self.steps_done)
+        for _ in range(algo.epochs):
+            order = list(range(batch.num_rows))
+            if algo.mini_batches > 1:
+                order = torch.randperm(batch.num_rows, generator=generator).tolist()
+            for mini in _split(order, algo.mini_batches):
+                counts = self._counts(batch, mini, loss_mask)
+                for rows in micro_batches(batch, mini, optim.micro_batch_size):
+                    micro = self._micro(batch, rows)
+                    out = self._forward(micro)
+                    logp = out.logprobs
+                    mask = _cut(loss_mask, rows, logp).bool()
+                    old_logp = logp.detach() if old is None else _cut(old.logprobs, rows, logp)
+                    if probe is None:
+                        probe = Probe(micro.tensors, logp.detach())
+                    tis = None
+                    if algo.tis_cap is not None:
+                        tis = tis_weights(old_logp, micro.tensors["rollout_logprobs"], algo.tis_cap)
+                    loss, stats = ppo_policy_loss(
+                        logp, old_logp, _cut(token_adv, rows, logp), mask,
+                        clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
+                        agg=algo.agg, tis_weights=tis, norm_length=norm_length,
+                        global_tokens=counts["tokens"], global_seqs=counts["rows"],
+                    )
+                    ratio_max = max(ratio_max, stats.pop("ratio_max"))
+                    tokens = stats.pop("tokens")
+                    for key, value in stats.items():
+                        weighted[key] = weighted.get(key, 0.0) + value * tokens
+                    share = {"policy_loss": float(loss.detach())}
+                    if ref is not None:
+                        kl = aggregate(kl_estimate(logp, _cut(ref, rows, logp), algo.kl_estimator), mask, global_tokens=counts["tokens"])
+                        loss = loss + algo.kl_coef * kl
+                        share["kl_ref"] = float(kl.detach())
+                    if out.entropy is not None:
+                        ent = aggregate(out.entropy, mask, global_tokens=counts["tokens"])
+                        share["entropy"] = float(ent.detach())
+                        if algo.entropy_coef:
+                            loss = loss - algo.entropy_coef * ent
+                    extra, extra_share = self.extra_loss(batch, prepared, micro, out, counts)
+                    if extra is not None:
+                        loss = loss + extra
+                    share.update(extra_share)
+                    share["loss"] = float(loss.detach())
+                    loss.backward()
+                    for key, value in share.items():
+                        shares[key] = shares.get(key, 0.0) + value
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.trainable_parameters(), optim.grad_clip)
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                grad_norms.append(float(grad_norm))
+        self.model.eval()
+        total_tokens = max(float(loss_mask.sum()) * algo.epochs, 1.0)
+        metrics = {key: value / total_tokens for key, value in weighted.items()}
+        metrics.update({key: value / len(grad_norms) for key, value in shares.items()})
+        metrics.update(grad_norm=sum(grad_norms) / len(grad_norms), ratio_max=ratio_max, optimizer_steps=float(len(grad_norms)))
+        return metrics, probe
+
+    def policy_drift(self, probe: Probe) -> float:
+        """Mean |log pi_now - log pi_before| over the probe's action tokens (SPO's drift D)."""
+        with torch.no_grad():
+            now = self._forward_rows(probe.tensors).logprobs
+        mask = probe.tensors["action_mask"]
+        return float((now - probe.logprobs).abs()[mask].mean()) if mask.any() else 0.0
+
+    def _counts(self, batch: Batch, rows: list[int], loss_mask: torch.Tensor) -> dict[str, Any]:
+        row_index = torch.tensor(rows, dtype=torch.long)
+        in_rows = torch.zeros(batch.num_rows, dtype=torch.bool)
+        in_rows[row_index] = True
+        width = batch.input_ids.shape[1]
+        turn_rows = batch.pre_action // width
+        turn_mask = in_rows[turn_rows]
+        return {
+            "tokens": float(loss_mask[row_index].sum()),
+            "rows": float(len(rows)),
+            "turns": float(turn_mask.sum()),
+            "turn_mask": turn_mask,
+        }
+
+    def _micro(self, batch: Batch, rows: list[int]) -> MicroBatch:
+        tensors = batch.rows(rows)
+        width = batch.input_ids.shape[1]
+        local = torch.full((batch.num_rows,), -1, dtype=torch.long)
+        local[torch.tensor(rows)] = torch.arange(len(rows))
+        turn_rows = local[batch.pre_action // width]
+        turn_ids = (turn_rows >= 0).nonzero(as_tuple=True)[0]
+        pre = (turn_rows[turn_ids], batch.pre_action[turn_ids] % width)
+        post = (local[batch.post_action[turn_ids] // width], batch.post_action[turn_ids] % width)
+        return MicroBatch(rows, tensors, turn_ids, pre, post)
+
+    def _forward_rows(
+        self, tensors: dict[str, torch.Tensor], value_mask: torch.Tensor | None = None, with_entropy: bool = False
+    ) -> ScoreOutput:
+        return forward_for_loss(
+            self.model,
+            tensors["input_ids"],
+            tensors["attention_mask"],
+            token_mask=tensors["action_mask"],
+            excluded_ids=self.excluded_ids,
+            value_token_ids=self.policy.value_token_ids if value_mask is not None else None,
+            value_mask=value_mask,
+            temperature=self.temperature,
+            with_entropy=with_entropy,
+        )
+
+    def _forward(self, micro: MicroBatch) -> ScoreOutput:
+        value_mask = None
+        if self.reads_values:
+            value_mask = torch.zeros_like(micro.tensors["action_mask"])
+            value_mask[micro.pre_positions] = True
+            value_mask[micro.post_positions] = True
+        return self._forward_rows(micro.tensors, value_mask, with_entropy=True)
+
+
+def _broadcast(turn_values: torch.Tensor, token_turn: torch.Tensor) -> torch.Tensor:
+    """``[M]`` per turn -> ``[N, S]`` per action token (0 elsewhere)."""
+    padded = torch.cat([turn_values.to(torch.float64), turn_values.new_zeros(1, dtype=torch.float64)])
+    return padded[token_turn]  # token_turn -1 picks the trailing zero
+
+
+def _cut(full: torch.Tensor, rows: list[int], like: torch.Tensor) -> torch.Tensor:
+    return full[rows][:, : like.shape[1]].to(like.dtype)
+
+
+def _split(order: list[int], parts: int) -> list[list[int]]:
+    parts = max(1, min(parts, len(order)))
+    size = -(-len(order) // parts)
+    return [order[i : i + size] for i in range(0, len(order), size)]
+
+
+def _delivery_metrics(delivered: list[Trajectory], usable: list[Trajectory]) -> dict[str, float]:
+    n = max(len(delivered), 1)
+    finished = [t for t in delivered if t.outcome is not None]
+    lags = [t.lag for t in delivered if t.lag is not None]
+    return {
+        "trajectories": float(len(delivered)),
+        "trajectories_in_loss": float(len(usable)),
+        "success": sum(t.won for t in finished) / max(len(finished), 1),
+        "outcome_mean": sum(t.outcome for t in finished) / max(len(finished), 1),
+        "crashed_frac": (len(delivered) - len(finished)) / n,
+        "stale_frac": sum(t.excluded_from_loss for t in delivered) / n,
+        "lag_mean": sum(lags) / max(len(lags), 1),
+        "turns_mean": sum(len(t.turns) for t in delivered) / n,
+        "action_tokens_mean": sum(t.num_action_tokens for t in delivered) / n,
+        "format_invalid_frac": sum(sum(t.invalid_flags) for t in delivered) / max(sum(len(t.turns) for t in delivered), 1),
+    }

@@ -1,0 +1,98 @@
+"""The training loop, readable in one screen: (SFT) -> eval -> [rollout -> learn -> publish] -> eval.
+
+Rollouts never wait for the learner: the learner step runs in a worker thread while the rollout
+keeps generating (with the engine's own weight copy), and weights are published after each step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from streamrl.envs import make, make_parser, make_prompt_builder
+from streamrl.policy.engine import HFEngine
+from streamrl.rollout import Rollout, RolloutSettings
+from streamrl.train.algorithms import make_learner
+from streamrl.train.config import Config
+from streamrl.train.evaluate import episode_settings, evaluate
+from streamrl.train.progress import Progress
+from streamrl.train.report import write_report
+from streamrl.train.run import RunState, Workspace, load_run_policy
+from streamrl.train.sft import behaviour_cloning, collect_demonstrations
+
+
+async def train(config: Config, out_dir: str | Path, *, resume: bool = False, echo=print) -> dict[str, Any]:
+    ws = Workspace(Path(out_dir), config, echo)
+    state = ws.restore() if resume else None
+    policy = load_run_policy(config, state)
+    logger = ws.logger(state)
+    summary: dict[str, Any] = {"out_dir": str(ws.root)}
+
+    if state is None and config.sft.demos > 0 and config.model.init_from is None:  # SFT warm start
+        demos = await collect_demonstrations(config, policy)
+        summary["sft"] = behaviour_cloning(config, policy, demos, log=lambda s, m: logger.log(s, m, "sft"))
+        echo(f"SFT: {len(demos)} demonstrations, final NLL {summary['sft']['nll']:.3f}")
+        policy.save(ws.root / "sft_model")
+
+    env = make(config.env.name, **config.env.options)
+    pool, reward_range = env.task_ids("train", limit=config.env.train_tasks), env.spec.reward_range
+    env.close()
+    learner = make_learner(config, policy, ws.reference(config, policy, state), reward_range)
+    run = RunState.initial() if state is None else ws.load_learner(state, learner)
+    engine = HFEngine.from_policy(policy, version=run.version, seed=config.train.seed)
+
+    if state is None and config.train.eval_at_start:
+        summary["eval_before"] = (await evaluate(config, engine, policy, tag="eval-v0")).metrics()
+        logger.log(run.step, summary["eval_before"], "eval")
+        echo(f"eval before RL: success {summary['eval_before']['success']:.3f}")
+
+    rollout = Rollout(
+        engine=engine,
+        env_factory=lambda: make(config.env.name, **config.env.options),
+        parser=make_parser(config.env.name, **config.env.parser),
+        prompt_builder=make_prompt_builder(config.env.name, **config.env.prompt),
+        codec=policy,
+        source=learner.make_source(pool),
+        settings=RolloutSettings(
+            mode=learner.rollout_mode, concurrency=config.rollout.concurrency, batch_size=config.train.batch_size,
+            group_size=getattr(config.algo, "group_size", 1), max_staleness=config.rollout.max_staleness,
+            seed=config.train.seed, episode=episode_settings(config),
+        ),
+        event_log=ws.events_path(state),
+    )
+    if state is not None:
+        rollout.load_state_dict(state["rollout"])
+    progress = Progress(config.train.steps, run.step, enabled=config.logging.progress, echo=echo)
+    try:
+        async with rollout:
+            while run.step < config.train.steps:
+                batch = await rollout.next_batch()
+                metrics = await asyncio.to_thread(learner.step, batch)
+                run.advance(batch)
+                engine.update_weights(policy.state_dict_for_engine(), run.version)
+                rollout.publish(run.version)
+                metrics.update(run.metrics(), **_rollout_metrics(rollout.stats()))
+                logger.log(run.step, metrics)
+                progress.update(run.step, metrics)
+                if config.train.eval_every and run.step % config.train.eval_every == 0 and run.step < config.train.steps:
+                    logger.log(run.step, (await evaluate(config, engine, policy, tag=f"eval-v{run.version}")).metrics(), "eval")
+                if config.train.checkpoint_every and run.step % config.train.checkpoint_every == 0:
+                    ws.save(run, policy, learner, rollout, logger)
+            ws.save(run, policy, learner, rollout, logger)
+        progress.close()
+        summary["eval_after"] = (await evaluate(config, engine, policy, tag=f"eval-v{run.version}-final")).metrics()
+        logger.log(run.step, summary["eval_after"], "eval")
+    finally:
+        progress.close()
+        await engine.close()
+        logger.close()
+    policy.save(ws.root / "final_model")
+    summary.update(steps=run.step, trajectories=run.trajectories, report=str(write_report(ws.root, config)))
+    ws.write_summary(summary)
+    return summary
+
+
+def _rollout_metrics(stats: dict[str, Any]) -> dict[str, float]:
+    keys = ("dispatched", "in_flight", "buffered", "slot_utilisation")
+    return {f"rollout_{key}": float(stats[key]) for key in keys}

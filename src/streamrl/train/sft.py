@@ -1,0 +1,221 @@
+"""SFT warm start: behaviour cloning on demonstrations, in exactly the token layouts RL uses.
+
+Demonstrations are played through the same ``EpisodeRunner`` as RL rollouts, with a
+``DemonstrationEngine`` in place of the model: it answers each request with the demonstrator's next
+action, written as the model should write it (``<action>...</action>``) and closed with the
+end-of-turn id. The resulting trajectories collate into the same samples and masks RL trains on,
+and the loss is the negative log-likelihood of the action tokens.
+
+Demonstrators: ``expert`` (the environment's privileged planner, ``env.expert_action()``),
+``search_expert`` (alfworld_lite's non-privileged searching expert), or a JSONL file whose lines are
+``{"task_id": ..., "actions": ["<action>go to desk 1</action>", ...]}`` (model texts, replayed).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+import random
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from streamrl.envs import Env, StepResult, make
+from streamrl.policy.api import GenerationRequest, GenerationResult
+from streamrl.policy.scoring import forward_for_loss
+from streamrl.rollout import Trajectory
+from streamrl.train.batch import collate, micro_batches
+from streamrl.train.config import Config
+from streamrl.rollout.evaluate import run_episodes
+from streamrl.train.evaluate import episode_runner, episode_settings
+
+Demonstrator = Callable[[str, dict[str, Any]], str]  # (observation, info) -> model text
+
+
+def action_text(action: str, require_think: bool) -> str:
+    """How a demonstration action is written for the model (the parser's format)."""
+    think = f"<think>I will {action}.</think>" if require_think else ""
+    return f"{think}<action>{action}</action>"
+
+
+class _DemonstratedEnv(Env):
+    """An environment that also knows the demonstrator's next action for its current state."""
+
+    def __init__(self, env: Env, demonstrator_factory: Callable[[Env], Demonstrator]):
+        self.env = env
+        self.spec = env.spec
+        self._factory = demonstrator_factory
+        self.next_text: str | None = None
+
+    def reset(self, seed=None, task_id=None, options=None):
+        observation, info = self.env.reset(seed=seed, task_id=task_id, options=options)
+        self._demonstrator = self._factory(self.env)
+        self.next_text = self._demonstrator(observation, info)
+        return observation, info
+
+    def step(self, action: str) -> StepResult:
+        result = self.env.step(action)
+        if not (result.terminated or result.truncated):
+            self.next_text = self._demonstrator(result.observation, result.info)
+        return result
+
+    def task_ids(self, split, limit=None):
+        return self.env.task_ids(split, limit)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class DemonstrationEngine:
+    """An ``InferenceEngine`` that replies with the demonstrated action of the (one) episode being played."""
+
+    def __init__(self, tokenizer: Any, end_of_turn_id: int):
+        self.tokenizer = tokenizer
+        self.end_of_turn_id = end_of_turn_id
+        self.env: _DemonstratedEnv | None = None
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        text = (self.env.next_text if self.env is not None else None) or ""
+        ids = list(self.tokenizer.encode(text, add_special_tokens=False))[: request.sampling.max_new_tokens - 1]
+        ids.append(self.end_of_turn_id)
+        return GenerationResult(request.request_id, ids, [0.0] * len(ids), "stop", 0, text=text)
+
+    def update_weights(self, state_dict: dict, version: int) -> None:
+        raise RuntimeError("a DemonstrationEngine has no weights")
+
+    async def close(self) -> None:
+        return None
+
+
+class _Searching:
+    """alfworld_lite's searching expert as a demonstrator (it learns the room from the first observation)."""
+
+    def __init__(self, require_think: bool):
+        from streamrl.envs.alfworld_lite import SearchingExpert
+
+        self.expert = SearchingExpert()
+        self.require_think = require_think
+        self.started = False
+
+    def __call__(self, observation: str, info: dict[str, Any]) -> str:
+        if not self.started:
+            self.expert.reset(observation)
+            self.started = True
+        return action_text(self.expert.act(observation, info.get("admissible_actions") or []), self.require_think)
+
+
+def _demonstrator_factory(source: str, require_think: bool, replays: dict[str, list[str]]) -> Callable[[Env], Demonstrator]:
+    if source == "expert":
+        def privileged(env: Env) -> Demonstrator:
+            if not hasattr(env, "expert_action"):
+                raise ValueError(f"sft.source expert: environment {env.spec.name} has no expert_action()")
+            return lambda observation, info: action_text(env.expert_action() or "look", require_think)
+        return privileged
+    if source == "search_expert":
+        return lambda env: _Searching(require_think)
+
+    def replay(env: Env) -> Demonstrator:
+        actions: list = []
+
+        def act(observation: str, info: dict[str, Any]) -> str:
+            if not actions:
+                actions.append(iter(replays[info["task_id"]]))
+            return next(actions[0], "")
+        return act
+    return replay
+
+
+def load_replays(path: Path) -> dict[str, list[str]]:
+    if not path.is_file():
+        raise FileNotFoundError(f"sft.source: demonstrations file not found: {path}")
+    replays = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            replays[str(record["task_id"])] = [str(a) for a in record["actions"]]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}:{number}: expected {{'task_id': ..., 'actions': [...]}} ({exc})") from None
+    return replays
+
+
+async def collect_demonstrations(config: Config, policy: Any) -> list[Trajectory]:
+    """Play ``config.sft.demos`` demonstrations (train split, after the RL prompt pool) to the
+    environment's own step cap (the RL turn cap does not apply to demonstrations)."""
+    sft = config.sft
+    require_think = bool(config.env.parser.get("require_think", True))
+    replays: dict[str, list[str]] = {}
+    if sft.source in ("expert", "search_expert"):
+        probe = make(config.env.name, **config.env.options)
+        # demonstrations come from train tasks the RL pool does not use
+        task_ids = probe.task_ids("train", limit=config.env.train_tasks + sft.demos)[config.env.train_tasks :]
+        probe.close()
+    else:
+        replays = load_replays(Path(sft.source))
+        task_ids = list(replays)[: sft.demos]
+    factory = _demonstrator_factory(sft.source, require_think, replays)
+    engine = DemonstrationEngine(policy.tokenizer, policy.end_of_turn_id)
+
+    def demo_env() -> _DemonstratedEnv:
+        engine.env = _DemonstratedEnv(make(config.env.name, **config.env.options), factory)
+        return engine.env
+
+    runner = episode_runner(config, engine, policy, replace(episode_settings(config), max_turns=None))
+    # one episode at a time: the engine answers for the single environment being played
+    trajectories = await run_episodes(runner, demo_env, task_ids, concurrency=1, request_prefix="sft")
+    if sft.only_successes:
+        trajectories = [t for t in trajectories if t.won]
+    return [t for t in trajectories if t.turns]
+
+
+def behaviour_cloning(config: Config, policy: Any, demos: list[Trajectory], log: Callable[[int, dict], None] | None = None) -> dict[str, float]:
+    """Minimise the NLL of demonstrated action tokens; returns the final epoch's metrics."""
+    sft, optim = config.sft, config.optim
+    if not demos:
+        raise ValueError("SFT: no usable demonstrations (did every demonstration fail?)")
+    model = policy.model
+    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=sft.lr, weight_decay=optim.weight_decay)
+    rng = random.Random(config.train.seed)
+    step, metrics = 0, {}
+    model.train()
+    for epoch in range(sft.epochs):
+        order = list(range(len(demos)))
+        rng.shuffle(order)
+        total_loss, total_tokens, correct, started = 0.0, 0.0, 0.0, time.perf_counter()
+        for start in range(0, len(order), sft.batch_size):
+            batch = collate([demos[i] for i in order[start : start + sft.batch_size]], pad_id=policy.tokenizer.pad_token_id or 0)
+            tokens = float(batch.action_mask.sum())
+            for rows in micro_batches(batch, list(range(batch.num_rows)), optim.micro_batch_size):
+                tensors = batch.rows(rows)
+                out = forward_for_loss(
+                    model, tensors["input_ids"], tensors["attention_mask"], token_mask=tensors["action_mask"],
+                    excluded_ids=policy.banned_token_ids, with_entropy=False,
+                )
+                mask = tensors["action_mask"]
+                loss = -(out.logprobs * mask).sum() / tokens
+                loss.backward()
+                total_loss += float(loss.detach()) * tokens
+                correct += float((out.logprobs[mask] > -0.693).sum())  # p > 0.5: the argmax for sure
+            torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), optim.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            total_tokens += tokens
+            step += 1
+        metrics = {
+            "epoch": epoch + 1,
+            "nll": total_loss / max(total_tokens, 1.0),
+            "token_acc_p50": correct / max(total_tokens, 1.0),
+            "tokens_per_s": total_tokens / (time.perf_counter() - started),
+            "demos": len(demos),
+        }
+        if log is not None:
+            log(step, metrics)
+    model.eval()
+    return metrics
