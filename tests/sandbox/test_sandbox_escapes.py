@@ -10,6 +10,9 @@ import asyncio
 import json
 import os
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -246,3 +249,30 @@ def test_fifty_concurrent_runs_respect_the_concurrency_limit():
         peak = max(peak, running)
     assert peak <= max_concurrency()
     assert {r.isolation for r in results} == {"process"}
+
+
+def test_the_code_dies_soon_after_its_parent_does(tmp_path):
+    """The sandbox's init has its own watchdog: if the parent is killed mid-run (and so can
+    neither enforce the wall clock nor clean up), the code is killed within about a second."""
+    started, survived = tmp_path / "started", tmp_path / "survived"
+    code = f"import time\nopen({str(started)!r}, 'w').close()\ntime.sleep(3)\nopen({str(survived)!r}, 'w').close()"
+    helper_tmp = tmp_path / "helper-tmp"  # a crashed parent cannot remove its work dir
+    helper_tmp.mkdir()
+    helper = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from streamrl.sandbox import run_python; run_python({code!r}, timeout=30, isolation='process', cgroup=False)",
+        ],
+        env={**os.environ, "TMPDIR": str(helper_tmp)},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists(), "the sandboxed code never started"
+    finally:
+        helper.kill()
+        helper.wait()
+    time.sleep(3.5)
+    assert not survived.exists(), "the code outlived its parent"

@@ -21,6 +21,7 @@ import io
 import json
 import os
 import resource
+import signal
 import struct
 import sys
 import time
@@ -33,6 +34,9 @@ MEMORY_EXIT_CODE = 86
 BOOTSTRAP_FAILURE_EXIT_CODE = 70
 #: the file (in the fresh working directory) a one-shot run reads its code from, then deletes
 CODE_FILE_NAME = ".sandbox_code.py"
+
+#: sent to the init to stop a run politely (see ``_main``)
+STOP_SIGNAL = signal.SIGUSR1
 
 FRAME_HEADER = struct.Struct(">I")  # payload length, big-endian
 MAX_FRAME_BYTES = 64 * 1024 * 1024
@@ -308,11 +312,32 @@ def _flush_quietly() -> None:
             pass
 
 
+def _start_watchdog(runner: Any, limit_s: float | None) -> None:
+    """Every second: kill the runner once the parent is gone (this process was re-parented)
+    or, for a one-shot run, once ``limit_s`` has passed, even if nobody enforces it outside."""
+    parent, started = os.getppid(), time.monotonic()
+
+    def check(*_: Any) -> None:
+        late = limit_s is not None and time.monotonic() - started > limit_s
+        if runner() and (late or os.getppid() != parent):
+            os.kill(runner(), signal.SIGKILL)
+
+    signal.signal(signal.SIGALRM, check)
+    signal.setitimer(signal.ITIMER_REAL, 1.0, 1.0)  # interval timers are not inherited by fork
+
+
 def _main() -> None:
     config = json.loads(sys.argv[1])
     status_fd = int(config["status_fd"])
+    # STOP_SIGNAL asks the init to kill the runner and reap it itself (a runner killed
+    # together with its init would linger as an orphaned zombie for a while)
+    runner = 0
+    signal.signal(STOP_SIGNAL, lambda *_: runner and os.kill(runner, signal.SIGKILL))
+    _start_watchdog(lambda: runner, config.get("watchdog_s"))
     runner = os.fork()
     if runner == 0:
+        for number in (STOP_SIGNAL, signal.SIGALRM):
+            signal.signal(number, signal.SIG_DFL)
         os.close(status_fd)
         try:
             code = _runner(config)

@@ -56,13 +56,30 @@ def _try_group(parent: Path) -> bool:
         _remove_dir(probe)
 
 
+#: an empty group older than this was left by a process that died before cleaning up
+STALE_AFTER_S = 600.0
+
+
+def _prune_stale_groups(parent: Path) -> None:
+    """Remove empty groups that crashed processes left behind (rmdir refuses non-empty ones)."""
+    for group in parent.glob(f"{GROUP_PREFIX}*"):
+        try:
+            if time.time() - group.stat().st_mtime > STALE_AFTER_S:
+                group.rmdir()
+        except OSError:
+            continue
+
+
 @functools.cache
 def pids_cgroup_parent() -> Path | None:
     """Where per-run groups can be created, or None where the machine does not allow it."""
     parent = _own_pids_cgroup_dir()
     if parent is None or not (parent / "cgroup.procs").exists():
         return None
-    return parent if _try_group(parent) else None
+    if not _try_group(parent):
+        return None
+    _prune_stale_groups(parent)
+    return parent
 
 
 def _remove_dir(path: Path, attempts: int = 50) -> bool:

@@ -5,9 +5,9 @@ minimal environment, the wall clock and the bootstrap guards):
 
 * ``process``: the interpreter runs directly; the network is blocked only by socket stubs.
 * ``process+netns``: ``unshare -n``: a network namespace with no interfaces up.
-* ``process+netns+pidns``: plus a PID namespace (``--pid --fork --kill-child --mount-proc``):
-  when the sandbox's init exits, the kernel kills every process left inside, including ones
-  that called ``setsid()``.
+* ``process+netns+pidns``: plus a PID namespace (``unshare --net --pid``, no ``--fork``): the
+  code runs as PID 1 of a fresh namespace, so when it ends the kernel kills every process it
+  left, including ones that called ``setsid()``. (``/proc`` still shows the host's processes.)
 * ``bwrap``: bubblewrap with every namespace unshared and a private filesystem view: only the
   system and interpreter directories, read-only, and the work dir at ``/sandbox``, writable.
 
@@ -46,6 +46,8 @@ class Isolation:
     private_filesystem: bool
     #: the work dir as the sandboxed code sees it (None: the host path)
     inner_workdir: str | None = None
+    #: the spawned process is the sandbox's init itself (not a wrapper such as bwrap)
+    init_is_leader: bool = True
 
     def command(self, workdir: str, argv: list[str]) -> list[str]:
         """``argv`` (the interpreter command) wrapped for this level, for work dir ``workdir``."""
@@ -67,8 +69,11 @@ def _unshare_net(unshare: str) -> Callable[[str, list[str]], list[str]]:
 
 
 def _unshare_net_pid(unshare: str) -> Callable[[str, list[str]], list[str]]:
-    flags = ["--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
-    return lambda _workdir, argv: [unshare, *flags, "--", *argv]
+    # Without --fork the interpreter (the sandbox's init) stays outside the new namespace and
+    # its first child, the code, becomes PID 1 in it. The init stays the spawned process, as
+    # at the lower levels, and reaps the code itself (``unshare --fork`` would sit in between,
+    # and a killed ``unshare`` leaves its child an orphaned zombie for a while).
+    return lambda _workdir, argv: [unshare, "--net", "--pid", "--", *argv]
 
 
 def _interpreter_binds() -> list[tuple[str, str]]:
@@ -134,6 +139,7 @@ def _candidates() -> list[Isolation]:
                 pid_namespace=True,
                 private_filesystem=True,
                 inner_workdir=BWRAP_WORKDIR,
+                init_is_leader=False,
             )
         )
     return found

@@ -123,6 +123,21 @@ class Launch:
         self.spawned()
         return proc
 
+    def interrupt(self, leader_pid: int) -> bool:
+        """Ask the sandbox's init to kill and reap the code itself; True if a wait is worth it.
+
+        A code process SIGKILLed together with its init would be an orphaned zombie for a
+        while, so its process group would outlive the run. Not for bwrap, whose own init
+        reaps everything in its namespace.
+        """
+        if not self.isolation.init_is_leader:
+            return False
+        try:
+            os.kill(leader_pid, _child.STOP_SIGNAL)
+        except ProcessLookupError:
+            return False
+        return True
+
     def kill(self, pgid: int | None) -> None:
         """SIGKILL the process group and every member of the cgroup (setsid escapees too)."""
         if pgid is not None:
@@ -180,6 +195,8 @@ def prepare_launch(
         "stub_network": not isolation.network_namespace,
         "echo_last_expr": echo_last_expr,
         "max_output_chars": limits.max_output_bytes,
+        # the init's own wall clock, in case the parent dies before enforcing its own
+        "watchdog_s": limits.timeout_s + 2.0 if mode == "once" else None,
         "run_id": run_id,  # lets tests and operators find a run's processes by command line
     }
     interpreter = [sys.executable, "-I", "-B", "-c", _child_source(), json.dumps(config)]

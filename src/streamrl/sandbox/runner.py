@@ -18,6 +18,8 @@ from streamrl.sandbox.result import KillReason, SandboxResult, classify
 _READ_CHUNK = 64 * 1024
 #: how long to wait for the pipes to drain once the process group is dead
 _DRAIN_GRACE_S = 1.0
+#: how long the init gets to kill and reap the code before everything is SIGKILLed
+_INTERRUPT_GRACE_S = 0.5
 
 
 class _CappedCapture:
@@ -177,6 +179,8 @@ async def _execute(launch: Launch, limits: SandboxLimits) -> SandboxResult:
     finally:
         loop.remove_reader(launch.status_read)
         capped.cancel()
+        if killed_for is not None and launch.interrupt(proc.pid):
+            await _reap(proc, timeout_s=_INTERRUPT_GRACE_S)
         # always: leftovers in the group or the cgroup die even when the code itself ended
         launch.kill(proc.pid)
         try:

@@ -27,6 +27,8 @@ from streamrl.sandbox.runner import resolve_limits
 
 #: how long a dying worker gets to exit on its own (so its init can report why) before SIGKILL
 _EXIT_GRACE_S = 1.0
+#: how long the init gets to kill and reap the worker when asked to
+_INTERRUPT_GRACE_S = 0.5
 
 
 def _wait_ready(fd: int, events: int, deadline: float) -> None:
@@ -97,6 +99,11 @@ class _Worker:
         if grace_s > 0:
             try:
                 self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.proc.poll() is None and self.launch.interrupt(self.proc.pid):
+            try:
+                self.proc.wait(timeout=_INTERRUPT_GRACE_S)
             except subprocess.TimeoutExpired:
                 pass
         self.launch.kill(self.proc.pid)
