@@ -84,9 +84,7 @@ class Launch:
         while True:
             try:
                 chunk = os.read(self.status_read, 4096)
-            except BlockingIOError:
-                break
-            except OSError:
+            except OSError:  # BlockingIOError: nothing (more) written yet
                 break
             if not chunk:
                 break
@@ -101,10 +99,9 @@ class Launch:
     def spawn(self, stdin: Any, stdout: Any, stderr: Any, *, outlive_caller: bool = False) -> subprocess.Popen:
         """Start the interpreter as the leader of a new session (its pid is the group id).
 
-        ``outlive_caller``: fork from one long-lived thread. ``bwrap --die-with-parent`` and
-        ``unshare --kill-child`` rely on PR_SET_PDEATHSIG, which fires when the *thread* that
-        forked them exits, so a persistent worker started from a short-lived thread would die
-        with that thread.
+        ``outlive_caller``: fork from one long-lived thread. ``bwrap --die-with-parent`` relies
+        on PR_SET_PDEATHSIG, which fires when the *thread* that forked it exits, so a persistent
+        worker started from a short-lived thread would die with that thread.
         """
 
         def start() -> subprocess.Popen:
