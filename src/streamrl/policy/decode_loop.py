@@ -70,7 +70,8 @@ class DecodeLoop:
         self.banned = torch.tensor(sorted(set(banned_token_ids)), dtype=torch.long, device=self.device)
         self._banned_set = frozenset(int(i) for i in banned_token_ids)
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.slab = SlabCache(config.num_hidden_layers, config.num_key_value_heads, head_dim, self.dtype, self.device)
+        self._slab_shape = (config.num_hidden_layers, config.num_key_value_heads, head_dim)
+        self.slab = SlabCache(*self._slab_shape, self.dtype, self.device)
         self.num_layers = config.num_hidden_layers
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.rows: dict[int, _Row] = {}  # slot -> row
@@ -101,7 +102,7 @@ class DecodeLoop:
                 rows.append(row)
         for group in self._prefill_groups(rows):
             try:
-                with torch.inference_mode():
+                with torch.no_grad():
                     self._prefill(group)
             except Exception as exc:  # one bad group must not take the engine down
                 for row in group:
@@ -117,7 +118,7 @@ class DecodeLoop:
             self._reset_slab()
             return
         try:
-            with torch.inference_mode():
+            with torch.no_grad():
                 self._decode_step()
         except Exception as exc:
             self.abort_all("error", f"decode step failed: {exc!r}")
@@ -129,10 +130,12 @@ class DecodeLoop:
                 row.cancelled = True
 
     def abort_all(self, reason: FinishReason, message: str) -> None:
-        for row in list(self.rows.values()):
-            self._free(row)
-            self._finish(row, reason, message)
+        """Finish every live row with ``reason`` and start over with an empty slab."""
+        rows, self.rows = list(self.rows.values()), {}
         self._reset_slab()
+        for row in rows:
+            row.slot = -1
+            self._finish(row, reason, message)
 
     # -- prefill ---------------------------------------------------------------------------------
 
@@ -310,7 +313,7 @@ class DecodeLoop:
 
     def _reset_slab(self) -> None:
         if self.slab.slots:
-            self.slab.relayout(0, 0, keep=torch.zeros(0, dtype=torch.long), shift=-self.slab.end)
+            self.slab = SlabCache(*self._slab_shape, self.dtype, self.device)
 
     def _row_generator(self, request: GenerationRequest) -> torch.Generator | None:
         seed = request.sampling.seed

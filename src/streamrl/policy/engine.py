@@ -122,7 +122,10 @@ class HFEngine:
         future: asyncio.Future[GenerationResult] = loop.create_future()
 
         def deliver(result: GenerationResult) -> None:
-            loop.call_soon_threadsafe(_resolve, future, result)
+            try:
+                loop.call_soon_threadsafe(_resolve, future, result)
+            except RuntimeError:  # the caller's event loop is gone: nobody is waiting
+                pass
 
         with self._cond:
             if self._closed:

@@ -17,7 +17,7 @@ from typing import Any
 
 from streamrl.policy import smollm2, tiny
 from streamrl.policy.errors import PolicyLoadError
-from streamrl.policy.lora import apply_lora
+from streamrl.policy.lora import apply_lora, quiet_peft
 from streamrl.policy.policy import POLICY_FILE, Policy
 from streamrl.policy.value_tokens import add_value_tokens, choose_value_tokens, init_value_rows, single_special_id
 
@@ -181,7 +181,8 @@ def _load_adapter_folder(folder: Path, record: dict[str, Any], *, dtype: Any, de
         model_overrides=recipe.get("model_overrides"),
         cache_dir=cache_dir,
     )
-    model = PeftModel.from_pretrained(base.model, folder, is_trainable=True)
+    with quiet_peft():
+        model = PeftModel.from_pretrained(base.model, folder, is_trainable=True)
     model.to(device)
     return Policy(
         model, base.tokenizer, base.value_token_ids, base.banned_token_ids, base_recipe=recipe, lora=record.get("lora")

@@ -7,7 +7,9 @@ would mutate it under a concurrently training learner and drift by rounding each
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from streamrl.policy.errors import MissingDependencyError, PolicyLoadError
@@ -25,6 +27,14 @@ def _peft() -> Any:
     except ImportError as exc:
         raise MissingDependencyError("LoRA needs the optional package peft: `pip install peft`") from exc
     return peft
+
+
+@contextlib.contextmanager
+def quiet_peft() -> Iterator[None]:
+    """Silence the deprecation warning peft triggers in transformers 5.x on every wrap and load."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
 
 
 def is_peft_model(model: Any) -> bool:
@@ -62,8 +72,7 @@ def apply_lora(model: Any, options: dict[str, Any], value_token_ids: tuple[int, 
         **extra,
     )
     try:
-        with warnings.catch_warnings():  # peft calls a transformers method deprecated in 5.x
-            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        with quiet_peft():
             return peft.get_peft_model(model, config)
     except ValueError as exc:  # e.g. target modules that do not exist
         raise PolicyLoadError(f"could not apply LoRA {options}: {exc}") from exc
