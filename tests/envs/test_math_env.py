@@ -318,7 +318,7 @@ def test_registry_parser_and_prompt_builder():
 
 
 def test_first_and_next_messages_and_the_per_step_layout():
-    env, builder = _env(), make_prompt_builder("math_tir", history_k=1)
+    env, builder = _env(), make_prompt_builder("math_tir", history_length=1)
     observation, info = env.reset(task_id="test/0")
     assert builder.first_message(observation, info) == info["question"]
     action_1, action_2 = _code("print(1)"), _code("print(2)")

@@ -62,7 +62,7 @@ class MathActionParser(ActionParser):
 
 class MathPromptBuilder(PromptBuilder):
     """System prompt with the tool instructions; the first user message is the bare problem;
-    later ones are the interpreter results. ``history_k`` (None: all) bounds the per-step layout."""
+    later ones are the interpreter results. ``history_length`` (None: all) bounds the per-step layout."""
 
     def __init__(
         self,
@@ -70,14 +70,14 @@ class MathPromptBuilder(PromptBuilder):
         session: bool = False,
         max_tool_calls: int = 4,
         result_format: ResultFormat = "interpreter",
-        history_k: int | None = None,
+        history_length: int | None = None,
     ):
-        if history_k is not None and (not isinstance(history_k, int) or history_k < 0):
-            raise ValueError(f"math_tir history_k must be a non-negative int or None, got {history_k!r}")
+        if history_length is not None and (not isinstance(history_length, int) or history_length < 0):
+            raise ValueError(f"math_tir history_length must be a non-negative int or None, got {history_length!r}")
         self._system = tool_instructions(
             session=session, max_tool_calls=max_tool_calls, result_format=result_format, style=style
         )
-        self.history_k = history_k
+        self.history_length = history_length
 
     def system_prompt(self) -> str:
         return self._system
@@ -95,7 +95,7 @@ class MathPromptBuilder(PromptBuilder):
         observation: str,
         info: dict[str, Any],
     ) -> list[dict[str, str]]:
-        first = max(0, len(history) - self.history_k) if self.history_k is not None else 0
+        first = max(0, len(history) - self.history_length) if self.history_length is not None else 0
         problem = self.first_message(initial_observation, info)
         if first:
             problem += f"\n\n({first} earlier step{'s' if first > 1 else ''} omitted.)"
