@@ -26,7 +26,7 @@ from streamrl.envs.math_tir.data import load_rows
 from streamrl.envs.math_tir.formatting import RESULT_FORMATS, ResultFormat, format_tool_result
 from streamrl.envs.math_tir.grading import grade
 from streamrl.envs.math_tir.mathverify import MathVerifyChecker, shared_checker
-from streamrl.envs.math_tir.prompts import FORMAT_HINT, tool_instructions
+from streamrl.envs.math_tir.prompts import FORMAT_HINT, PromptStyle, tool_instructions
 from streamrl.envs.math_tir.tools import BadToolCall, last_tool_call
 from streamrl.sandbox import PythonSession, SandboxResult, resolve_isolation, run_python
 
@@ -50,7 +50,7 @@ class MathTIREnv(Env):
         memory_mb: int = 1024,
         session: bool = False,
         result_format: ResultFormat = "interpreter",
-        prompt_style: str = "full",
+        prompt_style: PromptStyle = "full",
         strict: bool = True,
         math_verify: bool | None = None,
         isolation: str = "auto",
@@ -83,7 +83,7 @@ class MathTIREnv(Env):
             session=self.session,
             max_tool_calls=self.max_tool_calls,
             result_format=result_format,
-            style=prompt_style,  # type: ignore[arg-type]
+            style=prompt_style,
         )
         self._checker = self._make_checker(math_verify)
         self._rows = load_rows(data_path, question_field, answer_field, type_field) if data_path is not None else None
@@ -246,10 +246,7 @@ class MathTIREnv(Env):
                 self._sandbox_session = PythonSession(self.tool_timeout_s, self.memory_mb, isolation=self.isolation)
             return self._sandbox_session.run(code)
         except Exception as exc:  # the tool must never take the caller down
-            return SandboxResult(
-                status="crashed", stdout="", stderr=repr(exc), returncode=None, duration_s=0.0,
-                isolation=self.isolation, error=f"sandbox failure: {exc}",
-            )  # fmt: skip
+            return SandboxResult("crashed", "", repr(exc), None, 0.0, self.isolation, error=f"sandbox failure: {exc}")
 
     def _info(self, *, format_valid: bool, effective: bool, tool_status: str | None) -> dict[str, Any]:
         assert self._task is not None

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
+from typing import Protocol
 
 RELATIVE_TOLERANCE = 1e-6
 
@@ -144,7 +145,7 @@ def parse_tuple(text: str) -> tuple[Fraction, ...] | None:
     if len(parts) < 2:
         return None
     values = [parse_number(part) for part in parts]
-    return None if any(v is None for v in values) else tuple(values)  # type: ignore[arg-type]
+    return tuple(v for v in values if v is not None) if None not in values else None
 
 
 def normalize_text(text: str) -> str:
@@ -186,13 +187,15 @@ def compare(pred: str, truth: str, rel_tol: float = RELATIVE_TOLERANCE) -> bool 
     kind = answer_kind(truth)
     if kind == "tuple":
         want, got = parse_tuple(truth), parse_tuple(pred)
-        if got is None:
+        if want is None or got is None:
             return None
         parts = [p.strip() for p in _split_top_level(truth.strip()[1:-1])]
-        return len(got) == len(want) and all(_numbers_match(g, w, t, rel_tol) for g, w, t in zip(got, want, parts))  # type: ignore[arg-type]
+        return len(got) == len(want) and all(_numbers_match(g, w, t, rel_tol) for g, w, t in zip(got, want, parts))
     if kind == "number":
-        value = parse_number(pred)
-        return None if value is None else _numbers_match(value, parse_number(truth), truth, rel_tol)  # type: ignore[arg-type]
+        want_number, value = parse_number(truth), parse_number(pred)
+        if want_number is None or value is None:
+            return None
+        return _numbers_match(value, want_number, truth, rel_tol)
     return True if normalize_text(pred) == normalize_text(truth) else None
 
 
@@ -213,6 +216,12 @@ def extract_answer(text: str, strict: bool = True) -> str | None:
     return numbers[-1] if numbers else None
 
 
+class SymbolicChecker(Protocol):
+    """A fallback for answers the built-in rules cannot read (``mathverify.MathVerifyChecker``)."""
+
+    def check(self, pred: str, truth: str) -> bool | None: ...
+
+
 @dataclass(frozen=True)
 class Grade:
     correct: bool
@@ -220,15 +229,14 @@ class Grade:
     method: str  # "builtin", "math_verify", or "no_answer"
 
 
-def grade(text: str, truth: str, *, strict: bool = True, checker: object | None = None) -> Grade:
-    """Grade a final turn against ``truth``. ``checker`` is an optional symbolic fallback with
-    ``check(pred, truth) -> bool | None`` (``mathverify.MathVerifyChecker``)."""
+def grade(text: str, truth: str, *, strict: bool = True, checker: SymbolicChecker | None = None) -> Grade:
+    """Grade a final turn against ``truth``; ``checker`` decides what the built-in rules cannot."""
     pred = extract_answer(text, strict=strict)
     if pred is None:
         return Grade(False, None, "no_answer")
     decided = compare(pred, truth)
     if decided is None and checker is not None:
-        verdict = checker.check(pred, truth)  # type: ignore[attr-defined]
+        verdict = checker.check(pred, truth)
         if verdict is not None:
             return Grade(bool(verdict), pred, "math_verify")
     return Grade(bool(decided), pred, "builtin")
