@@ -2,11 +2,13 @@
 ``src/streamrl/policy/assets/tiny_tokenizer.json`` (+ its ChatML template and a small manifest).
 
 Deterministic: the same corpus gives the same file. The corpus is
-  * environment text (weighted up, since the tiny model mostly reads and writes it): expert
-    episodes of ``alfworld_lite`` rendered with its prompt builder, ``math_tir`` problems, tool calls
-    and tool outputs, ``guess_number`` episodes;
-  * general text, so the tokenizer still handles anything: this repository's README and Python
-    sources (English docstrings and code) and a fixed list of standard-library modules.
+  * environment text (weighted up, since the tiny model mostly reads and writes it), rendered with
+    each environment's prompt builder, per-step and full-history: ``alfworld_lite`` expert episodes
+    (both prompt styles, replies written like the SFT demonstrations), ``math_tir`` problems with a
+    scripted Python tool call (run in the sandbox) and a boxed answer, ``guess_number`` binary
+    searches;
+  * general text, so the tokenizer still handles anything: the sources of a fixed list of
+    standard-library modules (English docstrings and Python code).
 Byte-level BPE covers every byte regardless, so unseen text only costs more tokens.
 
 Usage: python scripts/build_tiny_tokenizer.py [--allow-provisional]
@@ -19,6 +21,7 @@ import argparse
 import hashlib
 import inspect
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -45,15 +48,15 @@ CHAT_TEMPLATE = (
 STDLIB_MODULES = (
     "argparse", "textwrap", "json.decoder", "fractions", "statistics", "heapq", "bisect",
     "dataclasses", "shlex", "string", "calendar", "difflib", "queue", "random", "pprint",
+    "logging", "collections", "unittest.case", "http.client", "email.message", "datetime",
 )
 ENV_REPEATS = 3  # environment text counts this many times in the BPE statistics
 EPISODES_PER_ENV = 400
 
 
 def general_corpus() -> Iterator[str]:
-    yield (REPO / "README.md").read_text(encoding="utf-8")
-    for path in sorted((REPO / "src" / "streamrl").rglob("*.py")):
-        yield path.read_text(encoding="utf-8")
+    """Standard-library sources: English docstrings and Python code that do not change with this
+    repository (only with the Python version)."""
     for name in STDLIB_MODULES:
         module = __import__(name, fromlist=["_"])
         yield inspect.getsource(module)
@@ -63,49 +66,101 @@ def _chat_text(messages: list[dict[str, str]]) -> str:
     return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
 
 
-def _expert_action(env: object, info: dict) -> str | None:
-    """The environment's scripted next action, under the names the embedded envs use."""
-    for key in ("expert_action", "expert_plan"):
-        value = info.get(key)
-        if isinstance(value, list):
-            value = value[0] if value else None
-        if isinstance(value, str) and value:
-            return value
-    for method in ("expert_action", "expert_next_action"):
-        if callable(getattr(env, method, None)):
-            return getattr(env, method)()
-    return None
+def _reply(action: str) -> str:
+    """An ALFWorld turn as the SFT demonstrations write it."""
+    return f"<think>I will {action}.</think><action>{action}</action>"
 
 
-def environment_episodes(name: str, episodes: int) -> Iterator[str]:
-    """Rendered episodes of environment ``name``: per-step prompts, observations and the actions an
-    expert (when the env exposes one) or the first admissible action takes."""
+def _play(env, builder, reset_seed: int, act) -> Iterator[str]:
+    """One episode rendered twice: per-step prompts (one chat per step) and one full-history chat.
+
+    ``act(observation, info, turn)`` returns ``(reply_text, env_action)`` or None to stop."""
+    observation, info = env.reset(seed=reset_seed)
+    first, history = observation, []
+    system = builder.system_prompt()
+    transcript = [{"role": "system", "content": system}] if system else []
+    transcript.append({"role": "user", "content": builder.first_message(observation, info)})
+    for turn in range(env.spec.max_steps):
+        move = act(observation, info, turn)
+        if move is None:
+            break
+        reply, action = move
+        yield _chat_text([*builder.step_messages(first, history, observation, info), {"role": "assistant", "content": reply}])
+        transcript.append({"role": "assistant", "content": reply})
+        result = env.step(action)
+        history.append((observation, action))
+        observation, info = result.observation, result.info
+        transcript.append({"role": "user", "content": builder.next_message(observation, info)})
+        if result.terminated or result.truncated:
+            break
+    yield _chat_text(transcript)
+
+
+def alfworld_corpus(episodes: int) -> Iterator[str]:
+    """Expert episodes of ``alfworld_lite``, in both prompt styles."""
     from streamrl import envs
 
-    builder = envs.make_prompt_builder(name)
+    def expert(env):
+        def act(observation, info, turn):
+            action = env.expert_action()
+            return None if action is None else (_reply(action), action)
+        return act
+
     for seed in range(episodes):
-        env = envs.make(name)
+        env = envs.make("alfworld_lite")
+        builder = envs.make_prompt_builder("alfworld_lite", style=("verl", "compact")[seed % 2])
         try:
-            observation, info = env.reset(seed=seed)
-            first, history = observation, []
-            system = builder.system_prompt()
-            yield _chat_text([{"role": "system", "content": system}] if system else [])
-            for _ in range(env.spec.max_steps):
-                messages = builder.step_messages(first, history, observation, info)
-                action = _expert_action(env, info) or next(iter(info.get("admissible_actions") or []), None)
-                if action is None:
-                    yield _chat_text(messages)
-                    break
-                reply = f"<think>I should {action}.</think><action>{action}</action>"
-                yield _chat_text([*messages, {"role": "assistant", "content": reply}])
-                result = env.step(action)
-                history.append((observation, action))
-                observation, info = result.observation, result.info
-                if result.terminated or result.truncated:
-                    yield builder.next_message(observation, info)
-                    break
+            yield from _play(env, builder, seed, expert(env))
         finally:
             env.close()
+
+
+def math_corpus(episodes: int) -> Iterator[str]:
+    """``math_tir`` problems with a scripted tool call (run in the sandbox) and a boxed answer."""
+    from streamrl import envs
+
+    def scripted(observation, info, turn):
+        if turn == 0:
+            numbers = ", ".join(re.findall(r"\d+(?:\.\d+)?", info["question"]))
+            reply = f"Let me compute with Python.\n```python\nvalues = [{numbers}]\nprint(sum(values))\n```"
+            return reply, reply
+        if turn == 1:
+            reply = f"The calculation is done.\nAnswer: \\boxed{{{info['gt']}}}"
+            return reply, reply
+        return None
+
+    for seed in range(episodes):
+        env = envs.make("math_tir")
+        try:
+            yield from _play(env, envs.make_prompt_builder("math_tir"), seed, scripted)
+        finally:
+            env.close()
+
+
+def guess_number_corpus(episodes: int) -> Iterator[str]:
+    """Binary-search games of ``guess_number``."""
+    from streamrl import envs
+
+    for seed in range(episodes):
+        bounds = [1, 100]
+
+        def binary_search(observation, info, turn):
+            if "too low" in observation:
+                bounds[0] = guess_of(observation) + 1
+            elif "too high" in observation:
+                bounds[1] = guess_of(observation) - 1
+            guess = str((bounds[0] + bounds[1]) // 2)
+            return f"<action>{guess}</action>", guess
+
+        env = envs.make("guess_number")
+        try:
+            yield from _play(env, envs.make_prompt_builder("guess_number"), seed, binary_search)
+        finally:
+            env.close()
+
+
+def guess_of(observation: str) -> int:
+    return int(re.match(r"\s*(\d+)", observation).group(1))
 
 
 def build(corpus: list[str]) -> object:
@@ -133,8 +188,9 @@ def main() -> None:
     corpus = list(general_corpus())
     parts: dict[str, int] = {"general": sum(map(len, corpus))}
     sources: dict[str, Callable[[], Iterator[str]]] = {
-        name: (lambda name=name: environment_episodes(name, EPISODES_PER_ENV))
-        for name in ("alfworld_lite", "math_tir", "guess_number")
+        "alfworld_lite": lambda: alfworld_corpus(EPISODES_PER_ENV),
+        "math_tir": lambda: math_corpus(EPISODES_PER_ENV // 2),
+        "guess_number": lambda: guess_number_corpus(EPISODES_PER_ENV // 4),
     }
     for name, produce in sources.items():
         try:
