@@ -25,8 +25,8 @@ from streamrl.sandbox.limits import SandboxLimits
 from streamrl.sandbox.result import SandboxResult, classify
 from streamrl.sandbox.runner import resolve_limits
 
-#: how long a dying worker gets to exit on its own (so its init can report why) before SIGKILL
-_EXIT_GRACE_S = 1.0
+#: how long the init of a worker that died on its own gets to report why, before SIGKILL
+_EXIT_GRACE_S = 3.0
 #: how long the init gets to kill and reap the worker when asked to
 _INTERRUPT_GRACE_S = 0.5
 
@@ -94,12 +94,12 @@ class _Worker:
         return reply if isinstance(reply, dict) else None
 
     def stop(self, grace_s: float = 0.0) -> dict[str, Any] | None:
-        """End the worker (after ``grace_s`` to exit by itself), reap it, clean up; the init's
-        report when it managed to write one."""
+        """End the worker, reap it, clean up; the init's report when it wrote one. ``grace_s``
+        is how long to wait for that report first (after the code died on its own)."""
         if grace_s > 0:
             try:
-                self.proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
+                _wait_ready(self.launch.status_read, select.POLLIN, time.monotonic() + grace_s)
+            except TimeoutError:
                 pass
         if self.proc.poll() is None and self.launch.interrupt(self.proc.pid):
             try:
