@@ -100,10 +100,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    tokens = args.tokens or (24 if args.quick else 128)
-    concurrency = [int(n) for n in (args.concurrency or ("1,16,64" if args.quick else "1,4,16,32,64")).split(",")]
+    # every request's prompt is prefilled too, so too few new tokens would measure mostly prefill
+    tokens = args.tokens or (48 if args.quick else 128)
+    concurrency = [int(n) for n in (args.concurrency or ("1,64" if args.quick else "1,4,16,32,64")).split(",")]
     specs = ["tiny", "smollm2-135m"] if args.model == "all" else [args.model]
-    repeats = args.repeats or (2 if args.quick else 3)
+    repeats = args.repeats or 2
 
     top = max(concurrency)
     results: dict[str, float] = {}

@@ -284,10 +284,10 @@ def test_close_joins_the_worker_and_later_calls_abort(small_policy):
 
 def test_bfloat16_engine_and_lora_policy(small_policy):
     policy = load_policy(SMALL_TINY, lora={"r": 4})
-    with torch.no_grad():
+    with torch.no_grad():  # a non-trivial adapter, value rows included
         for name, param in policy.model.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0, 0.05)
+            if "lora_B" in name or "trainable_tokens" in name:
+                param.add_(torch.randn_like(param) * 0.05)
     prompt = prompts(policy, 1)[0]
     engine = HFEngine.from_policy(policy)
     result = run(engine.generate(GenerationRequest("l", prompt, SamplingParams(max_new_tokens=8))))
@@ -301,3 +301,17 @@ def test_bfloat16_engine_and_lora_policy(small_policy):
     assert result.finish_reason == "length" and len(result.token_ids) == 8
     expected = scored_logprobs(policy.model, prompt, result.token_ids, policy.banned_token_ids, 1.0)
     assert torch.allclose(torch.tensor(result.logprobs), expected, atol=0.1)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_local_model_folders_generate_what_score_says(model_folder, arch):
+    policy = load_policy(str(model_folder(arch)))
+    engine = HFEngine.from_policy(policy, max_batch_size=3)
+    requests = [GenerationRequest(f"{arch}{i}", p, SamplingParams(max_new_tokens=4 + 3 * i))
+                for i, p in enumerate(prompts(policy, 5))]
+    results = run(generate_all(engine, requests))
+    engine.close_sync()
+    for request, result in zip(requests, results):
+        assert not set(result.token_ids) & set(policy.banned_token_ids)
+        expected = scored_logprobs(policy.model, request.prompt_ids, result.token_ids, policy.banned_token_ids, 1.0)
+        assert torch.allclose(torch.tensor(result.logprobs), expected, atol=1e-4)
