@@ -93,10 +93,13 @@ def test_background_child_that_calls_setsid_is_killed(level, cgroup):
         pytest.skip("no writable pids cgroup on this machine")
     code = (
         "import os, posix, time\n"
+        "ready, told = os.pipe()\n"
         "if posix.fork() == 0:\n"
         "    os.setsid()\n"
+        "    os.write(told, b'x')\n"
         "    time.sleep(30)\n"
         "    posix._exit(0)\n"
+        "os.read(ready, 1)  # the child has left the process group\n"
         "print('parent done')\n"
     )
     result = run_python(code, isolation=level, cgroup=cgroup)
