@@ -315,3 +315,17 @@ def test_local_model_folders_generate_what_score_says(model_folder, arch):
         assert not set(result.token_ids) & set(policy.banned_token_ids)
         expected = scored_logprobs(policy.model, request.prompt_ids, result.token_ids, policy.banned_token_ids, 1.0)
         assert torch.allclose(torch.tensor(result.logprobs), expected, atol=1e-4)
+
+
+def test_engine_model_copy_still_handles_ordinary_padded_forwards(small_policy):
+    engine = HFEngine.from_policy(small_policy)
+    copy = engine._decode_loop.model
+    ids = torch.randint(20, 2000, (3, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    mask[1, 6:] = 0
+    with torch.no_grad():
+        expected = small_policy.model(ids, attention_mask=mask).logits
+        got = copy(ids, attention_mask=mask).logits
+    engine.close_sync()
+    assert torch.allclose(expected[mask.bool()], got[mask.bool()], atol=1e-5)

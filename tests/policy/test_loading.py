@@ -150,3 +150,11 @@ def test_merged_lora_weights_reproduce_the_adapter_model():
     ids = torch.tensor([policy.encode_chat([{"role": "user", "content": "open fridge 1"}])])
     with torch.no_grad():
         assert torch.allclose(plain(ids).logits, policy.model(ids).logits, atol=1e-5)
+
+
+def test_missing_peft_names_the_install(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "peft", None)  # makes `import peft` fail
+    with pytest.raises(MissingDependencyError, match="pip install peft"):
+        load_policy(SMALL_TINY, lora={"r": 4})

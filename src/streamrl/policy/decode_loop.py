@@ -195,13 +195,15 @@ class DecodeLoop:
         slab = self.slab
         if slab.end + 1 > slab.capacity or self._mostly_empty():
             self._make_room(0, 0)
+        order = sorted(self.rows)
+        rows = [self.rows[slot] for slot in order]
+        index = torch.tensor(order)
         live = torch.zeros(slab.slots, dtype=torch.bool)
-        inputs = torch.zeros(slab.slots, 1, dtype=torch.long)
+        live[index] = True
+        inputs = torch.zeros(slab.slots, 1, dtype=torch.long)  # empty slots feed a dummy token
+        inputs[index, 0] = torch.tensor([row.tokens[-1] for row in rows])
         positions = torch.zeros(slab.slots, 1, dtype=torch.long)
-        for slot, row in self.rows.items():
-            live[slot] = True
-            inputs[slot, 0] = row.tokens[-1]
-            positions[slot, 0] = row.next_position
+        positions[index, 0] = torch.tensor([row.next_position for row in rows])
         slab.lo = int(slab.start[live].min())
         hidden = self.decoder(
             input_ids=inputs.to(self.device),
@@ -213,9 +215,7 @@ class DecodeLoop:
         slab.end += 1
         self.stats["decode_steps"] += 1
         self.stats["slot_steps"] += slab.slots
-        order = sorted(self.rows)
-        rows = [self.rows[slot] for slot in order]
-        logits = self.head(hidden[torch.tensor(order, device=self.device), -1])
+        logits = self.head(hidden[index.to(self.device), -1])
         for row in rows:
             row.next_position += 1
         going = set(self._sample_and_check(rows, logits, positions=None))

@@ -52,14 +52,21 @@ def engine_attention(
         if kv_heads != heads:
             key = key.repeat_interleave(heads // kv_heads, dim=1)
             value = value.repeat_interleave(heads // kv_heads, dim=1)
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scale)
+        # no mask: transformers skipped a plain causal one (the model used outside the engine)
+        out = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, scale=scale, is_causal=attention_mask is None
+        )
     return out.transpose(1, 2).contiguous(), None
 
 
 def register_engine_attention() -> None:
+    """Register ``engine_attention`` with transformers, with SDPA's mask builder, so a model
+    switched to it still handles ordinary 2D padding masks correctly outside the engine."""
     from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
     AttentionInterface.register(ATTENTION_NAME, engine_attention)
+    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
 
 
 class PrefillCache:

@@ -59,6 +59,7 @@ def converted_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
     try:
         _convert(source, staging)
+        staging.chmod(0o755)  # mkdtemp makes it private
         if target.exists():  # an incomplete leftover, or another process finished first
             if (target / COMPLETE_MARKER).is_file():
                 return target
@@ -76,8 +77,11 @@ def _convert(source: Path, out: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
-    gguf_model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+        gguf_model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+    except ImportError as exc:
+        raise MissingDependencyError(f"reading the SmolLM2 GGUF needs the gguf package: `pip install gguf` ({exc})") from exc
     config = gguf_model.config
     # a GGUF-loaded model refuses save_pretrained; rebuild it as a plain model with the same weights
     if hasattr(config, "quantization_config"):
