@@ -329,3 +329,11 @@ def test_engine_model_copy_still_handles_ordinary_padded_forwards(small_policy):
         got = copy(ids, attention_mask=mask).logits
     engine.close_sync()
     assert torch.allclose(expected[mask.bool()], got[mask.bool()], atol=1e-5)
+
+
+def test_malformed_request_objects_get_an_error_result(engine, small_policy):
+    broken = GenerationRequest("broken", prompts(small_policy, 1)[0], sampling=None)  # type: ignore[arg-type]
+    result = run(engine.generate(broken))
+    assert result.finish_reason == "error" and "invalid request" in result.error
+    fine = run(engine.generate(GenerationRequest("fine", prompts(small_policy, 1)[0], SamplingParams(max_new_tokens=2))))
+    assert fine.finish_reason == "length"

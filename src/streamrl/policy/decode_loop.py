@@ -39,6 +39,7 @@ class _Row:
     slot: int = -1
     next_position: int = 0  # position id of the last sampled token, fed at the next step
     cancelled: bool = False
+    delivered: bool = False
 
 
 class DecodeLoop:
@@ -92,23 +93,29 @@ class DecodeLoop:
         """Prefill ``items`` (at most ``free_capacity``) and give them slots."""
         rows = []
         for request, deliver in items:
-            problem = self._validate(request)
-            row = _Row(request, deliver, self.version, self._row_generator(request))
+            row = _Row(request, deliver, self.version, None)
+            try:
+                problem = self._validate(request)
+                row.generator = self._row_generator(request)
+            except Exception as exc:  # not even shaped like a GenerationRequest
+                problem = f"invalid request: {exc!r}"
             if problem:
                 self._finish(row, "error", problem)
             elif request.sampling.max_new_tokens == 0:
                 self._finish(row, "length")
             else:
                 rows.append(row)
-        for group in self._prefill_groups(rows):
-            try:
-                with torch.no_grad():
-                    self._prefill(group)
-            except Exception as exc:  # one bad group must not take the engine down
-                for row in group:
-                    if row.slot >= 0:
-                        self._free(row)
-                    self._finish(row, "error", f"prefill failed: {exc!r}")
+        try:
+            if rows:  # one re-layout for the whole admission, not one per prefill group
+                self._make_room(len(rows), max(len(r.request.prompt_ids) for r in rows))
+            for group in self._prefill_groups(rows):
+                try:
+                    with torch.no_grad():
+                        self._prefill(group)
+                except Exception as exc:  # one bad group must not take the others down
+                    self._fail(group, f"prefill failed: {exc!r}")
+        except Exception as exc:
+            self._fail(rows, f"admission failed: {exc!r}")
 
     def step(self) -> None:
         """Advance every live row by one token."""
@@ -193,8 +200,7 @@ class DecodeLoop:
 
     def _decode_step(self) -> None:
         slab = self.slab
-        if slab.end + 1 > slab.capacity or self._mostly_empty():
-            self._make_room(0, 0)
+        self._make_room()
         order = sorted(self.rows)
         rows = [self.rows[slot] for slot in order]
         index = torch.tensor(order)
@@ -268,6 +274,10 @@ class DecodeLoop:
         return None
 
     def _finish(self, row: _Row, reason: FinishReason, error: str | None = None) -> None:
+        """Deliver ``row``'s result (once)."""
+        if row.delivered:
+            return
+        row.delivered = True
         text = ""
         if row.tokens:
             try:
@@ -276,7 +286,7 @@ class DecodeLoop:
                 error = error or f"decode failed: {exc!r}"
         row.deliver(
             GenerationResult(
-                request_id=row.request.request_id,
+                request_id=getattr(row.request, "request_id", ""),
                 token_ids=list(row.tokens),
                 logprobs=list(row.logprobs),
                 finish_reason=reason,
@@ -286,27 +296,34 @@ class DecodeLoop:
             )
         )
 
+    def _fail(self, rows: list[_Row], message: str) -> None:
+        for row in rows:
+            self._free(row)
+            self._finish(row, "error", message)
+
     def _free(self, row: _Row) -> None:
         if self.rows.get(row.slot) is row:
             del self.rows[row.slot]
             self.slab.release(row.slot)
         row.slot = -1
 
-    def _make_room(self, new_rows: int, prompt_width: int) -> None:
-        """Re-layout the slab when it lacks free slots or columns (or is mostly empty): live rows
-        are packed into the first slots, unused leading columns are dropped, and the write column
-        moves to at least ``prompt_width`` so a new prompt fits to its left."""
+    def _make_room(self, new_rows: int = 0, prompt_width: int = 0) -> None:
+        """Re-layout the slab when it lacks ``new_rows`` free slots, lacks columns, or (between
+        steps, ``new_rows == 0``) is mostly empty slots: live rows are packed into the first
+        slots, unused leading columns are dropped, and the write column moves to at least
+        ``prompt_width`` so a new prompt fits to its left. One copy of the live cache."""
         slab = self.slab
         live_slots = sorted(self.rows)
+        free = slab.slots - len(live_slots)
+        compact = new_rows == 0 and self._mostly_empty()
+        columns_ok = slab.end >= prompt_width and slab.end + 1 <= slab.capacity
+        if slab.slots and free >= new_rows and columns_ok and not compact:
+            return
         lo = min((int(slab.start[s]) for s in live_slots), default=slab.end)
         new_end = max(slab.end - lo, prompt_width)
-        enough_slots = slab.slots - len(live_slots) >= new_rows and not self._mostly_empty()
-        enough_columns = slab.end >= prompt_width and slab.end + 1 <= slab.capacity
-        if enough_slots and enough_columns and slab.slots:
-            return
-        slots = len(live_slots) + new_rows
         capacity = max(slab.capacity if slab.capacity >= new_end + 1 else 0, new_end + COLUMN_HEADROOM)
-        slab.relayout(slots, capacity, keep=torch.tensor(live_slots, dtype=torch.long), shift=new_end - slab.end)
+        keep = torch.tensor(live_slots, dtype=torch.long)
+        slab.relayout(len(live_slots) + new_rows, capacity, keep=keep, shift=new_end - slab.end)
         self.rows = {new_slot: self.rows[old] for new_slot, old in enumerate(live_slots)}
         for new_slot, row in self.rows.items():
             row.slot = new_slot
