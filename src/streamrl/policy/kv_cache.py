@@ -141,8 +141,7 @@ class SlabCache:
 
     def release(self, slot: int) -> None:
         """Mark ``slot`` empty: its start moves to ``end`` so it never widens the attended range."""
-        with torch.inference_mode():  # ``start`` may have been made in inference mode; callers may not be
-            self.start[slot] = self.end
+        self.start[slot] = self.end
 
     def step_mask(self, live: torch.Tensor) -> torch.Tensor:
         """``[S, 1, 1, end + 1 - lo]`` bool mask of the next decode step; empty slots see only
