@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m streamrl run-default
+	$(VENV)/bin/streamrl train --config configs/default.yaml --out runs/default
 
 test: $(STAMP)
 	$(PY) -m pytest -q

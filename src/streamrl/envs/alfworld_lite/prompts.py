@@ -14,6 +14,8 @@ Two styles:
 
 ``require_think=False`` drops the reasoning request from the instruction (pair it with
 ``alfworld_action_parser(require_think=False)``); ``instruction`` replaces the instruction text.
+``admissible="first"`` (compact full-history transcripts) lists the admissible actions only in
+the first message: later observations are appended bare, which keeps a long episode short.
 """
 
 from __future__ import annotations
@@ -65,12 +67,16 @@ class AlfworldPromptBuilder(PromptBuilder):
         history_length: int = 2,
         require_think: bool = True,
         instruction: str | None = None,
+        admissible: str = "every",
     ):
+        if admissible not in ("every", "first"):
+            raise ValueError(f"alfworld prompt builder: admissible must be 'every' or 'first', got {admissible!r}")
         if style not in STYLES:
             raise ValueError(f"alfworld prompt builder: style must be one of {STYLES}, got {style!r}")
         if history_length < 0:
             raise ValueError(f"alfworld prompt builder: history_length must be >= 0, got {history_length}")
         self.style = style
+        self.admissible = admissible
         self.history_length = history_length
         if instruction is None:
             if style == "verl":
@@ -94,6 +100,8 @@ class AlfworldPromptBuilder(PromptBuilder):
     def next_message(self, observation: str, info: dict[str, Any]) -> str:
         if self.style == "verl":
             return f"Your current observation is: {observation}\n{self._verl_admissible(info)}"
+        if self.admissible == "first":
+            return observation
         return f"{observation}\n{self._compact_admissible(info)}"
 
     # -- per-step prompts ------------------------------------------------------------------------

@@ -1,0 +1,7 @@
+"""``python -m streamrl`` is the ``streamrl`` command."""
+
+import sys
+
+from streamrl.cli import main
+
+sys.exit(main())

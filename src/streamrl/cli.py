@@ -1,0 +1,237 @@
+"""The ``streamrl`` command line.
+
+    streamrl train   --config configs/default.yaml [--algo spo++] [--out runs/x] [--resume] [field=value ...]
+    streamrl sft     --config ... --out runs/x              behaviour cloning only (writes runs/x/sft_model)
+    streamrl eval    --config ... --model runs/x/final_model [--split unseen] [--tasks N]
+    streamrl compare --config configs/compare/NAME.yaml [--out DIR]
+    streamrl play    alfworld_lite [--seed N] [--task-id ID]
+    streamrl list    [envs|algos|models]
+
+Configuration is validated before any work starts; a bad value is reported as one line naming the
+field (and, for a choice, the allowed values).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from streamrl.envs.__main__ import _option
+from streamrl.train.config import ALGORITHMS, Config, ConfigError, load_config
+
+DEFAULT_CONFIG = "configs/default.yaml"
+
+
+class CLIError(Exception):
+    """A user-facing problem: printed as one line, exit status 2."""
+
+
+def _quiet_libraries() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:
+        pass
+
+
+def preflight(config: Config) -> None:
+    """Fail fast on what validation alone cannot see: unknown environment, missing model."""
+    from streamrl.envs import UnknownEnvironmentError, get_entry
+    from streamrl.policy.loading import KNOWN_SPECS
+
+    try:
+        get_entry(config.env.name)
+    except UnknownEnvironmentError as error:
+        raise CLIError(f"env.name: {error}") from None
+    for label, spec in (("model.spec", config.model.spec), ("model.init_from", config.model.init_from)):
+        if spec is None:
+            continue
+        name = spec.split(":", 1)[0]
+        if label == "model.spec" and (name == "tiny" or spec in KNOWN_SPECS):
+            continue
+        if not Path(spec).expanduser().is_dir():
+            known = ", ".join(KNOWN_SPECS)
+            raise CLIError(f"{label}: no model folder at {spec!r} (known specs: {known}, or a Hugging Face model folder)")
+
+
+def _config(args: argparse.Namespace) -> Config:
+    paths = args.config or []
+    if not paths and getattr(args, "resume", False) and args.out and (Path(args.out) / "config.yaml").is_file():
+        paths = [Path(args.out) / "config.yaml"]
+    if not paths:
+        paths = [DEFAULT_CONFIG] if Path(DEFAULT_CONFIG).is_file() else []
+    config = load_config(paths, args.overrides, algo=getattr(args, "algo", None))
+    preflight(config)
+    return config
+
+
+def _out_dir(args: argparse.Namespace, config: Config) -> Path:
+    return Path(args.out) if args.out else Path("runs") / f"{config.algo.name}-{config.env.name}"
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from streamrl.train.loop import train
+
+    config = _config(args)
+    out = _out_dir(args, config)
+    summary = asyncio.run(train(config, out, resume=args.resume))
+    before, after = summary.get("eval_before"), summary.get("eval_after")
+    if after:
+        line = f"held-out success ({after['split']}, {after['episodes']} tasks): "
+        line += f"{100 * before['success']:.1f}% -> " if before else ""
+        print(line + f"{100 * after['success']:.1f}% after {summary['steps']} RL steps")
+    print(f"run folder: {out} (metrics.jsonl, report/)")
+    return 0
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    from streamrl.policy.loading import load_policy
+    from streamrl.train.loggers import MetricsLogger
+    from streamrl.train.sft import behaviour_cloning, collect_demonstrations
+
+    config = _config(args)
+    out = _out_dir(args, config)
+    out.mkdir(parents=True, exist_ok=True)
+    model = config.model
+    policy = load_policy(model.init_from or model.spec, dtype=model.dtype, device=model.device, threads=model.threads,
+                         seed=config.train.seed, model_overrides=model.overrides or None)
+    demos = asyncio.run(collect_demonstrations(config, policy))
+    logger = MetricsLogger(out / "metrics.jsonl", resume_offset=0)
+    metrics = behaviour_cloning(config, policy, demos, log=lambda s, m: logger.log(s, m, "sft"))
+    logger.close()
+    policy.save(out / "sft_model")
+    print(f"SFT on {len(demos)} demonstrations: NLL {metrics['nll']:.3f}; model in {out / 'sft_model'}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from streamrl.policy.engine import HFEngine
+    from streamrl.policy.loading import load_policy
+    from streamrl.train.evaluate import evaluate
+    from streamrl.train.report import eval_table
+
+    overrides = list(args.overrides)
+    if args.split:
+        overrides.append(f"env.eval_split={args.split}")
+    if args.tasks:
+        overrides.append(f"env.eval_tasks={args.tasks}")
+    args.overrides = overrides
+    config = _config(args)
+    model_path = args.model or config.model.init_from or config.model.spec
+    policy = load_policy(model_path, dtype=config.model.dtype, device=config.model.device, threads=config.model.threads)
+
+    async def run() -> Any:
+        engine = HFEngine.from_policy(policy, seed=config.train.seed)
+        try:
+            return await evaluate(config, engine, policy)
+        finally:
+            await engine.close()
+
+    result = asyncio.run(run())
+    record = {"step": 0, **result.metrics()}
+    print(eval_table([record]))
+    if args.json:
+        Path(args.json).write_text(json.dumps(record, indent=2))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from streamrl.train.compare import run_comparison
+
+    report = run_comparison(args.config[0] if args.config else None, out=args.out, overrides=args.overrides)
+    print(f"comparison report: {report}")
+    return 0
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    from streamrl.envs.__main__ import play
+
+    options = dict(args.option or [])
+    return play(args.env, args.seed, args.task_id, options, sys.stdin, sys.stdout)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from streamrl.envs import list_envs
+    from streamrl.policy.loading import KNOWN_SPECS
+
+    what = args.what
+    if what in ("envs", "all"):
+        print("environments: " + ", ".join(list_envs()))
+    if what in ("algos", "all"):
+        print("algorithms:   " + ", ".join(ALGORITHMS))
+    if what in ("models", "all"):
+        print("models:       " + ", ".join(KNOWN_SPECS) + ", or a local Hugging Face model folder")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="streamrl", description="RL for multi-turn, tool-using LLM agents.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def with_config(p: argparse.ArgumentParser, out: bool = True) -> None:
+        p.add_argument("--config", action="append", help="YAML file (repeatable; later files win)")
+        if out:
+            p.add_argument("--out", help="run folder (default runs/<algo>-<env>)")
+        p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.steps=20 algo.dual_clip=3")
+
+    train = sub.add_parser("train", help="(SFT warm start,) RL, evaluation, report")
+    with_config(train)
+    train.add_argument("--algo", choices=ALGORITHMS, help="algorithm (overrides algo.name)")
+    train.add_argument("--resume", action="store_true", help="continue from the newest intact checkpoint in --out")
+    train.set_defaults(func=cmd_train)
+
+    sft = sub.add_parser("sft", help="behaviour cloning on demonstrations only")
+    with_config(sft)
+    sft.set_defaults(func=cmd_sft)
+
+    evaluate = sub.add_parser("eval", help="evaluate a model on a fixed task set")
+    with_config(evaluate, out=False)
+    evaluate.add_argument("--model", help="model folder or spec (default: model.init_from or model.spec)")
+    evaluate.add_argument("--split", help="evaluation split (default: the environment's)")
+    evaluate.add_argument("--tasks", type=int, help="evaluate on the first N tasks only")
+    evaluate.add_argument("--json", help="also write the result to this JSON file")
+    evaluate.set_defaults(func=cmd_eval)
+
+    compare = sub.add_parser("compare", help="paired-seed comparison of algorithm configurations")
+    with_config(compare)
+    compare.set_defaults(func=cmd_compare)
+
+    play = sub.add_parser("play", help="play an environment in the terminal")
+    play.add_argument("env")
+    play.add_argument("--seed", type=int)
+    play.add_argument("--task-id")
+    play.add_argument("--option", action="append", type=_option, help="environment option KEY=VALUE")
+    play.set_defaults(func=cmd_play)
+
+    listing = sub.add_parser("list", help="list environments, algorithms and models")
+    listing.add_argument("what", nargs="?", default="all", choices=("all", "envs", "algos", "models"))
+    listing.set_defaults(func=cmd_list)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _quiet_libraries()
+    from streamrl.envs import UnknownEnvironmentError
+    from streamrl.policy.errors import MissingDependencyError, PolicyLoadError
+
+    try:
+        return args.func(args)
+    except (CLIError, ConfigError, PolicyLoadError, MissingDependencyError, UnknownEnvironmentError, FileNotFoundError) as error:
+        print(f"streamrl {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
