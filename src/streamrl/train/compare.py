@@ -1,0 +1,269 @@
+"""Paired-seed comparisons: the same seeds, warm start, prompts and budget for every arm.
+
+A comparison file (``configs/compare/*.yaml``)::
+
+    name: spopp_vs_spo
+    base: [configs/study_alfworld.yaml]     # the training config every arm starts from
+    overrides: [train.steps=40]             # applied to every arm
+    seeds: [0, 1, 2, 3, 4]
+    arms:                                   # name -> algorithm + its own overrides
+      spo++: {algo: spo++}
+      spo: {algo: spo}
+      spo++ traj-norm: {algo: spo++, overrides: [algo.norm_measure=traj]}
+    pairs: [[spo++, spo], [spo++, spo++ traj-norm]]
+    jobs: 1                                 # runs at once (separate processes)
+
+Per seed, the SFT warm start is trained once and shared by every arm (``model.init_from``), so
+paired runs differ only in the algorithm. Each run is a ``streamrl train`` process in
+``<out>/runs/<arm>/seed_<s>``; finished runs are not rerun, interrupted ones are resumed. The report
+(``report.md``, ``report.json``, ``curves.png``) gives per-run learning AUC and final reward on the
+training-success curve against trajectories consumed, paired differences with 95% intervals,
+held-out success, and optimisation diagnostics.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from streamrl.algos import final_reward, interpolate, learning_auc, paired_difference, union_grid
+from streamrl.train.config import ALGORITHMS, ConfigError, format_validation_error, load_config
+from streamrl.train.loggers import read_metrics
+
+DIAGNOSTICS = ("ppo_kl", "clip_frac", "grad_norm", "entropy")
+
+
+class Arm(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    algo: str
+    overrides: list[str] = []
+
+    @model_validator(mode="after")
+    def _known(self) -> Arm:
+        if self.algo not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {self.algo!r} (allowed: {', '.join(ALGORITHMS)})")
+        return self
+
+
+class CompareConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    base: list[str]
+    overrides: list[str] = []
+    seeds: list[int] = Field(min_length=1)
+    arms: dict[str, Arm] = Field(min_length=2)
+    pairs: list[tuple[str, str]] = []
+    #: the training metric that forms the learning curve, its range, and the progress axis
+    metric: str = "success"
+    y_range: tuple[float, float] = (0.0, 1.0)
+    x_axis: str = "trajectories_consumed"
+    jobs: int = Field(1, ge=1)
+    shared_warm_start: bool = True
+
+    @model_validator(mode="after")
+    def _pairs_name_arms(self) -> CompareConfig:
+        for a, b in self.pairs:
+            for arm in (a, b):
+                if arm not in self.arms:
+                    raise ValueError(f"pairs: {arm!r} is not an arm (arms: {', '.join(self.arms)})")
+        return self
+
+
+def load_compare_config(path: str | Path) -> CompareConfig:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"comparison file not found: {path}")
+    try:
+        return CompareConfig.model_validate(yaml.safe_load(path.read_text()) or {})
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc)) from None
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "+-_" else "_" for c in text)
+
+
+def _command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "streamrl", *args]
+
+
+def _run(command: list[str], log: Path) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as handle:
+        handle.write(f"\n$ {' '.join(command)}\n")
+        handle.flush()
+        result = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command[3:5])} failed (exit {result.returncode}); see {log}")
+
+
+def plan_runs(spec: CompareConfig, out: Path) -> tuple[list[tuple[int, list[str], Path]], list[tuple[str, int, list[str], Path]]]:
+    """The SFT warm starts (per seed) and the arm runs (per arm and seed) as commands."""
+    configs = [arg for path in spec.base for arg in ("--config", path)]
+    warm, runs = [], []
+    for seed in spec.seeds:
+        seed_args = [*spec.overrides, f"train.seed={seed}"]
+        init: list[str] = []
+        if spec.shared_warm_start:
+            folder = out / "warm_start" / f"seed_{seed}"
+            warm.append((seed, ["sft", *configs, "--out", str(folder), *seed_args], folder))
+            init = [f"model.init_from={folder / 'sft_model'}", "sft.demos=0"]
+        for name, arm in spec.arms.items():
+            folder = out / "runs" / _slug(name) / f"seed_{seed}"
+            command = ["train", *configs, "--algo", arm.algo, "--out", str(folder), *seed_args, *arm.overrides, *init]
+            runs.append((name, seed, command, folder))
+    return warm, runs
+
+
+def run_comparison(path: str | Path | None, out: str | Path | None = None, overrides: list[str] | None = None) -> Path:
+    if path is None:
+        raise ConfigError("compare needs --config configs/compare/<name>.yaml")
+    spec = load_compare_config(path)
+    spec.overrides = [*spec.overrides, *(overrides or [])]
+    out = Path(out) if out else Path("runs") / "compare" / spec.name
+    out.mkdir(parents=True, exist_ok=True)
+    for name, arm in spec.arms.items():  # validate every arm's configuration before any work
+        load_config(spec.base, [*spec.overrides, *arm.overrides], algo=arm.algo)
+    warm, runs = plan_runs(spec, out)
+
+    def do_warm(item: tuple[int, list[str], Path]) -> None:
+        seed, command, folder = item
+        if not (folder / "sft_model" / "config.json").is_file():
+            _run(_command(*command), folder / "log.txt")
+
+    def do_run(item: tuple[str, int, list[str], Path]) -> None:
+        name, seed, command, folder = item
+        if (folder / "summary.json").is_file():
+            return  # finished earlier: not rerun
+        resume = ["--resume"] if (folder / "checkpoints").is_dir() else []
+        started = time.monotonic()
+        _run(_command(*command, *resume), folder / "log.txt")
+        print(f"[compare] {name} seed {seed}: {time.monotonic() - started:.0f} s", flush=True)
+
+    with ThreadPoolExecutor(spec.jobs) as pool:
+        list(pool.map(do_warm, warm))
+        list(pool.map(do_run, runs))
+    return write_comparison_report(spec, out, [(name, seed, folder) for name, seed, _, folder in runs])
+
+
+def run_statistics(folder: Path, spec: CompareConfig) -> dict[str, Any]:
+    records = read_metrics(folder / "metrics.jsonl", "train")
+    x = np.array([r[spec.x_axis] for r in records], dtype=float)
+    y = np.array([r[spec.metric] for r in records], dtype=float)
+    evals = read_metrics(folder / "metrics.jsonl", "eval")
+    stats = {
+        "x": x.tolist(),
+        "y": y.tolist(),
+        "auc": learning_auc(x, y, spec.y_range),
+        "final": final_reward(y, spec.y_range),
+        "eval_before": evals[0]["success"] if len(evals) > 1 else None,
+        "eval_after": evals[-1]["success"] if evals else None,
+    }
+    for key in DIAGNOSTICS:
+        values = [r[key] for r in records if r.get(key) is not None]
+        stats[key] = float(np.mean(values)) if values else None
+    return stats
+
+
+def write_comparison_report(spec: CompareConfig, out: Path, runs: list[tuple[str, int, Path]]) -> Path:
+    stats: dict[str, dict[int, dict[str, Any]]] = {name: {} for name in spec.arms}
+    for name, seed, folder in runs:
+        stats[name][seed] = run_statistics(folder, spec)
+
+    arms = {}
+    for name, by_seed in stats.items():
+        aucs = [s["auc"] for s in by_seed.values()]
+        row = {
+            "auc_mean": float(np.mean(aucs)),
+            "auc_sd": float(np.std(aucs, ddof=1)) if len(aucs) > 1 else 0.0,
+            "final_mean": float(np.mean([s["final"] for s in by_seed.values()])),
+            "eval_after_mean": _mean([s["eval_after"] for s in by_seed.values()]),
+        }
+        for key in DIAGNOSTICS:
+            row[key] = _mean([s[key] for s in by_seed.values()])
+        arms[name] = row
+    pairs = []
+    for a, b in spec.pairs:
+        seeds = [s for s in spec.seeds if s in stats[a] and s in stats[b]]
+        auc = paired_difference([100 * stats[a][s]["auc"] for s in seeds], [100 * stats[b][s]["auc"] for s in seeds])
+        final = paired_difference([100 * stats[a][s]["final"] for s in seeds], [100 * stats[b][s]["final"] for s in seeds])
+        pairs.append({"a": a, "b": b, "n": auc.n, "auc_points": auc._asdict(), "final_points": final._asdict()})
+
+    report = {"name": spec.name, "seeds": spec.seeds, "arms": arms, "pairs": pairs, "runs": stats, "config": spec.model_dump()}
+    (out / "report.json").write_text(json.dumps(report, indent=2))
+    _plot(spec, stats, out / "curves.png")
+    (out / "report.md").write_text(_markdown(spec, arms, pairs))
+    return out / "report.md"
+
+
+def _mean(values: list[Any]) -> float | None:
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else None
+
+
+def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    return "-" if value is None else f"{scale * value:.{digits}f}"
+
+
+def _markdown(spec: CompareConfig, arms: dict[str, dict], pairs: list[dict]) -> str:
+    lines = [
+        f"# Comparison: {spec.name}",
+        "",
+        f"Seeds {spec.seeds}; learning curve = training `{spec.metric}` against `{spec.x_axis}`; AUC is the "
+        "normalised-progress trapezoid (algorithms.md s1.7), in points (x100); final = mean of the last 5 points.",
+        "",
+        "| arm | AUC (mean ± sd) | final | held-out success after | PPO-KL | clip frac | grad norm |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, row in arms.items():
+        lines.append(
+            f"| {name} | {100 * row['auc_mean']:.1f} ± {100 * row['auc_sd']:.1f} | {_fmt(row['final_mean'], 100)} | "
+            f"{_fmt(row['eval_after_mean'], 100)} | {_fmt(row['ppo_kl'], 1, 4)} | {_fmt(row['clip_frac'], 1, 4)} | "
+            f"{_fmt(row['grad_norm'], 1, 3)} |"
+        )
+    if pairs:
+        lines += ["", "Paired differences (a − b, per seed), points:", "",
+                  "| a − b | n | AUC mean ± sd | AUC 95% CI | final mean ± sd | final 95% CI |", "|---|---|---|---|---|---|"]
+        for p in pairs:
+            auc, final = p["auc_points"], p["final_points"]
+            lines.append(
+                f"| {p['a']} − {p['b']} | {p['n']} | {auc['mean']:+.1f} ± {auc['sd']:.1f} | "
+                f"[{auc['ci_low']:+.1f}, {auc['ci_high']:+.1f}] | {final['mean']:+.1f} ± {final['sd']:.1f} | "
+                f"[{final['ci_low']:+.1f}, {final['ci_high']:+.1f}] |"
+            )
+    lines += ["", "![learning curves](curves.png)", ""]
+    return "\n".join(lines)
+
+
+def _plot(spec: CompareConfig, stats: dict[str, dict[int, dict[str, Any]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, by_seed in stats.items():
+        curves = list(by_seed.values())
+        grid = union_grid(*[c["x"] for c in curves])
+        ys = np.array([interpolate(c["x"], c["y"], grid) for c in curves])
+        mean = ys.mean(axis=0)
+        ax.plot(grid, mean, label=f"{name} (n={len(curves)})")
+        if len(curves) > 1:
+            ax.fill_between(grid, ys.min(axis=0), ys.max(axis=0), alpha=0.15)
+    ax.set_xlabel(spec.x_axis.replace("_", " "))
+    ax.set_ylabel(f"training {spec.metric}")
+    ax.set_title(f"{spec.name}: mean and range over seeds")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

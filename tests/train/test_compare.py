@@ -1,0 +1,72 @@
+"""The comparison harness: statistics on known curves, and resuming without rerunning."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from streamrl.train import compare
+from streamrl.train.compare import CompareConfig, plan_runs, write_comparison_report
+
+
+def _spec(**extra):
+    fields = {"name": "t", "base": ["configs/smoke.yaml"], "seeds": [0, 1, 2],
+              "arms": {"a": {"algo": "spo++"}, "b": {"algo": "spo"}}, "pairs": [("a", "b")]}
+    return CompareConfig(**{**fields, **extra})
+
+
+def _fake_run(folder, xs, ys):
+    folder.mkdir(parents=True)
+    lines = [json.dumps({"kind": "train", "step": i + 1, "trajectories_consumed": x, "success": y, "ppo_kl": 0.01})
+             for i, (x, y) in enumerate(zip(xs, ys))]
+    lines.append(json.dumps({"kind": "eval", "step": len(xs), "success": ys[-1]}))
+    (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_report_statistics_on_known_curves(tmp_path):
+    spec = _spec()
+    runs = []
+    for seed, offset in zip(spec.seeds, (0.0, 0.1, 0.2)):
+        _fake_run(tmp_path / f"a{seed}", [0, 10, 20], [0.0, 0.5, 1.0])  # ramp: AUC 0.5
+        _fake_run(tmp_path / f"b{seed}", [0, 5, 20], [offset] * 3)  # constant: AUC = offset
+        runs += [("a", seed, tmp_path / f"a{seed}"), ("b", seed, tmp_path / f"b{seed}")]
+    write_comparison_report(spec, tmp_path, runs)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["arms"]["a"]["auc_mean"] == pytest.approx(0.5)
+    assert report["arms"]["b"]["auc_mean"] == pytest.approx(0.1)
+    pair = report["pairs"][0]["auc_points"]
+    # differences 50, 40, 30 points: mean 40, sd 10, t(0.975, 2) = 4.303
+    assert pair["mean"] == pytest.approx(40.0)
+    assert pair["sd"] == pytest.approx(10.0)
+    assert pair["ci_high"] - pair["mean"] == pytest.approx(4.302653 * 10 / 3**0.5, rel=1e-4)
+    assert report["pairs"][0]["final_points"]["mean"] == pytest.approx(100 * 0.5 - 10, rel=1e-6)
+    assert (tmp_path / "curves.png").stat().st_size > 0
+    assert "| a − b | 3 | +40.0 ± 10.0 |" in (tmp_path / "report.md").read_text()
+
+
+def test_finished_runs_are_not_rerun_and_interrupted_ones_resume(tmp_path, monkeypatch):
+    spec = _spec(seeds=[0])
+    warm, runs = plan_runs(spec, tmp_path)
+    assert len(warm) == 1 and len(runs) == 2
+    assert all(any(arg.startswith("model.init_from=") for arg in command) for _, _, command, _ in runs)
+    (runs[0][3]).mkdir(parents=True)
+    (runs[0][3] / "summary.json").write_text("{}")  # arm a finished
+    (runs[1][3] / "checkpoints").mkdir(parents=True)  # arm b was interrupted
+    (warm[0][2] / "sft_model").mkdir(parents=True)
+    (warm[0][2] / "sft_model" / "config.json").write_text("{}")  # warm start done
+    calls = []
+    monkeypatch.setattr(compare, "_run", lambda command, log: calls.append(command))
+    monkeypatch.setattr(compare, "write_comparison_report", lambda spec, out, runs: out / "report.md")
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps(spec.model_dump(mode="json")))
+    compare.run_comparison(config, out=tmp_path)
+    assert len(calls) == 1
+    assert "--resume" in calls[0] and "spo" in calls[0]
+
+
+def test_bad_comparison_files_are_reported(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("name: x\nbase: [a.yaml]\nseeds: [0]\narms: {a: {algo: spo}, b: {algo: a2c}}\n")
+    with pytest.raises(compare.ConfigError, match="unknown algorithm 'a2c'"):
+        compare.load_compare_config(path)
