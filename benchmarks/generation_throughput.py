@@ -2,7 +2,7 @@
 
 For each model, the baseline is transformers' ``generate`` on one chat prompt at batch size 1
 (sampling, forced to the full length). The engine then serves N concurrent requests (each its own
-coroutine, like rollout episodes) of the same length; throughput is generated tokens per second of
+coroutine, like rollout episodes) with distinct prompts of about the same length; throughput is generated tokens per second of
 wall time, prefill included. Ratios are engine / baseline measured in the same process; each point
 is the best of ``--repeats`` runs, which filters out most of the noise other processes cause on a
 shared machine (rerun when the numbers matter). ``--threads`` applies to both sides.
@@ -30,7 +30,7 @@ import torch  # noqa: E402
 from streamrl.policy import GenerationRequest, HFEngine, SamplingParams, load_policy  # noqa: E402
 from streamrl.policy.errors import MissingDependencyError  # noqa: E402
 
-PROMPT = "You are in a kitchen. Your task is to put a clean apple in the fridge. What do you do first?"
+PROMPT = "You are in kitchen {i}. Your task is to put a clean apple in the fridge. What do you do first?"
 
 
 def baseline_tokens_per_s(policy, prompt_ids: list[int], tokens: int, repeats: int) -> float:
@@ -49,9 +49,9 @@ def baseline_tokens_per_s(policy, prompt_ids: list[int], tokens: int, repeats: i
     return best
 
 
-async def engine_tokens_per_s(engine: HFEngine, prompt_ids: list[int], tokens: int, concurrency: int) -> float:
+async def engine_tokens_per_s(engine: HFEngine, prompts: list[list[int]], tokens: int, concurrency: int) -> float:
     sampling = SamplingParams(temperature=1.0, max_new_tokens=tokens)
-    requests = [GenerationRequest(f"bench-{concurrency}-{i}", prompt_ids, sampling) for i in range(concurrency)]
+    requests = [GenerationRequest(f"bench-{concurrency}-{i}", prompts[i], sampling) for i in range(concurrency)]
     start = time.perf_counter()
     results = await asyncio.gather(*(engine.generate(r) for r in requests))
     elapsed = time.perf_counter() - start
@@ -67,7 +67,9 @@ def bench_model(
     """Ratios engine/baseline per concurrency for one model; prints a table."""
     start = time.perf_counter()
     policy = load_policy(spec, dtype=dtype)
-    prompt_ids = policy.encode_chat([{"role": "user", "content": PROMPT}])
+    # distinct prompts (the engine prefills identical ones once, which would flatter it)
+    prompts = [policy.encode_chat([{"role": "user", "content": PROMPT.format(i=i)}]) for i in range(max(concurrency))]
+    prompt_ids = prompts[0]
     print(f"\n== {spec} ({dtype}, {torch.get_num_threads()} threads, prompt {len(prompt_ids)} tokens, "
           f"{tokens} new tokens; loaded in {time.perf_counter() - start:.1f} s)")
     base = baseline_tokens_per_s(policy, prompt_ids, tokens, repeats)
@@ -75,10 +77,10 @@ def bench_model(
     engine = HFEngine.from_policy(policy, max_batch_size=max(concurrency), threads=threads)
 
     async def run() -> dict[int, float]:
-        await engine_tokens_per_s(engine, prompt_ids, 4, 2)  # warm-up
+        await engine_tokens_per_s(engine, prompts, 4, 2)  # warm-up
         ratios = {}
         for n in concurrency:
-            rate = max([await engine_tokens_per_s(engine, prompt_ids, tokens, n) for _ in range(repeats)])
+            rate = max([await engine_tokens_per_s(engine, prompts, tokens, n) for _ in range(repeats)])
             ratios[n] = rate / base
             print(f"{'engine, ' + str(n) + ' concurrent':>24}: {rate:8.1f} tok/s  = {ratios[n]:5.2f}x baseline")
         await engine.close()

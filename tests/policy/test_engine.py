@@ -337,3 +337,22 @@ def test_malformed_request_objects_get_an_error_result(engine, small_policy):
     assert result.finish_reason == "error" and "invalid request" in result.error
     fine = run(engine.generate(GenerationRequest("fine", prompts(small_policy, 1)[0], SamplingParams(max_new_tokens=2))))
     assert fine.finish_reason == "length"
+
+
+def test_identical_prompts_are_prefilled_once(small_policy):
+    engine = HFEngine.from_policy(small_policy, max_batch_size=8)
+    loop = engine._decode_loop  # driven directly: one admission, no worker timing involved
+    shared, other = prompts(small_policy, 3)[1:]
+    requests = [GenerationRequest(f"g{i}", shared, SamplingParams(max_new_tokens=6)) for i in range(6)]
+    requests.append(GenerationRequest("o", other, SamplingParams(max_new_tokens=6)))
+    results = {}
+    loop.admit([(request, lambda result: results.setdefault(result.request_id, result)) for request in requests])
+    while loop.live:
+        loop.step()
+    assert loop.stats["prefill_tokens"] == len(shared) + len(other)
+    assert len({tuple(results[f"g{i}"].token_ids) for i in range(6)}) > 1  # still sampled independently
+    for request in requests:
+        result = results[request.request_id]
+        expected = scored_logprobs(small_policy.model, request.prompt_ids, result.token_ids,
+                                   small_policy.banned_token_ids, 1.0)
+        assert torch.allclose(torch.tensor(result.logprobs), expected, atol=1e-4)

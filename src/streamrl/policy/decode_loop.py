@@ -162,13 +162,17 @@ class DecodeLoop:
         return groups
 
     def _prefill(self, group: list[_Row]) -> None:
-        lengths = [len(r.request.prompt_ids) for r in group]
-        width = max(lengths)
-        input_ids = torch.zeros(len(group), width, dtype=torch.long)
-        attention = torch.zeros(len(group), width, dtype=torch.long)
-        for i, row in enumerate(group):  # left padding: every prompt ends at the last column
-            input_ids[i, width - lengths[i] :] = torch.tensor(row.request.prompt_ids)
-            attention[i, width - lengths[i] :] = 1
+        """One forward over the group's distinct prompts (identical prompts, e.g. a GRPO group's,
+        are computed once), a first token per row, and the KV of continuing rows into slots."""
+        distinct: dict[tuple[int, ...], int] = {}
+        source = [distinct.setdefault(tuple(r.request.prompt_ids), len(distinct)) for r in group]
+        prompts = list(distinct)
+        width = max(map(len, prompts))
+        input_ids = torch.zeros(len(prompts), width, dtype=torch.long)
+        attention = torch.zeros(len(prompts), width, dtype=torch.long)
+        for i, prompt in enumerate(prompts):  # left padding: every prompt ends at the last column
+            input_ids[i, width - len(prompt) :] = torch.tensor(prompt)
+            attention[i, width - len(prompt) :] = 1
         causal = torch.ones(width, width, dtype=torch.bool).tril()
         mask = (causal[None] & attention.bool()[:, None, :]) | torch.eye(width, dtype=torch.bool)[None]
         cache = PrefillCache(self.num_layers)
@@ -179,17 +183,19 @@ class DecodeLoop:
             use_cache=True,
             **{self._cache_arg: cache},
         ).last_hidden_state
-        logits = self.head(hidden[:, -1])
-        self.stats["prefill_tokens"] += sum(lengths)
+        logits = self.head(hidden[:, -1])[torch.tensor(source, device=self.device)]
+        self.stats["prefill_tokens"] += sum(map(len, prompts))
+        lengths = [len(r.request.prompt_ids) for r in group]
         continuing = self._sample_and_check(group, logits, positions=lengths)
         if not continuing:
             return
         self._make_room(len(continuing), width)
         free = [s for s in range(self.slab.slots) if s not in self.rows]
-        keep = torch.tensor([group.index(row) for row in continuing], device=self.device)
+        rows_of = {id(row): i for i, row in enumerate(group)}
+        pick = torch.tensor([source[rows_of[id(row)]] for row in continuing], device=self.device)
         kept = PrefillCache(self.num_layers)
-        kept.keys = [k[keep] for k in cache.keys]
-        kept.values = [v[keep] for v in cache.values]
+        kept.keys = [k[pick] for k in cache.keys]
+        kept.values = [v[pick] for v in cache.values]
         slots = free[: len(continuing)]
         for row, slot in zip(continuing, slots):
             row.slot = slot
