@@ -5,7 +5,8 @@ For each model, the baseline is transformers' ``generate`` on one chat prompt at
 coroutine, like rollout episodes) with distinct prompts of about the same length; throughput is generated tokens per second of
 wall time, prefill included. Ratios are engine / baseline measured in the same process; each point
 is the best of ``--repeats`` runs, which filters out most of the noise other processes cause on a
-shared machine (rerun when the numbers matter). ``--threads`` applies to both sides.
+shared machine (rerun when the numbers matter). ``--threads`` applies to both sides; each side runs
+in its own thread (see ``in_thread``).
 
 Usage:
     python benchmarks/generation_throughput.py [--quick] [--model tiny|smollm2-135m|all]
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,6 +33,26 @@ from streamrl.policy import GenerationRequest, HFEngine, SamplingParams, load_po
 from streamrl.policy.errors import MissingDependencyError  # noqa: E402
 
 PROMPT = "You are in kitchen {i}. Your task is to put a clean apple in the fridge. What do you do first?"
+
+
+def in_thread(threads: int, work, *args):
+    """Run ``work(*args)`` in a short-lived thread with ``threads`` torch threads; return its result.
+
+    With GNU OpenMP every thread that runs parallel torch ops gets its own pool of helper threads,
+    and once all pools together hold more threads than there are cores, libgomp stops spinning
+    between parallel regions: a decode step then ran ~1.5x slower on the 2-core machine. So the
+    main thread stays at one torch thread, and each side runs in a thread whose pool goes away with it.
+    """
+    box = {}
+
+    def target():
+        torch.set_num_threads(threads)
+        box["result"] = work(*args)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    return box["result"]
 
 
 def baseline_tokens_per_s(policy, prompt_ids: list[int], tokens: int, repeats: int) -> float:
@@ -61,18 +83,16 @@ async def engine_tokens_per_s(engine: HFEngine, prompts: list[list[int]], tokens
     return sum(len(r.token_ids) for r in results) / elapsed
 
 
-def bench_model(
-    spec: str, dtype: str, tokens: int, concurrency: list[int], repeats: int, threads: int | None
-) -> dict[int, float]:
+def bench_model(spec: str, dtype: str, tokens: int, concurrency: list[int], repeats: int, threads: int) -> dict[int, float]:
     """Ratios engine/baseline per concurrency for one model; prints a table."""
     start = time.perf_counter()
     policy = load_policy(spec, dtype=dtype)
     # distinct prompts (the engine prefills identical ones once, which would flatter it)
     prompts = [policy.encode_chat([{"role": "user", "content": PROMPT.format(i=i)}]) for i in range(max(concurrency))]
     prompt_ids = prompts[0]
-    print(f"\n== {spec} ({dtype}, {torch.get_num_threads()} threads, prompt {len(prompt_ids)} tokens, "
+    print(f"\n== {spec} ({dtype}, {threads} threads, prompt {len(prompt_ids)} tokens, "
           f"{tokens} new tokens; loaded in {time.perf_counter() - start:.1f} s)")
-    base = baseline_tokens_per_s(policy, prompt_ids, tokens, repeats)
+    base = in_thread(threads, baseline_tokens_per_s, policy, prompt_ids, tokens, repeats)
     print(f"{'baseline generate bs1':>24}: {base:8.1f} tok/s")
     engine = HFEngine.from_policy(policy, max_batch_size=max(concurrency), threads=threads)
 
@@ -95,13 +115,13 @@ def main() -> None:
     parser.add_argument("--model", default="all", choices=["tiny", "smollm2-135m", "all"])
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads for both baseline and engine (default: torch's choice)")
+                        help="torch threads for both baseline and engine (default: torch's default count)")
     parser.add_argument("--repeats", type=int, default=None, help="timed runs per point; the best counts")
     parser.add_argument("--tokens", type=int, default=None, help="new tokens per request")
     parser.add_argument("--concurrency", default=None, help="comma-separated request counts")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    threads = args.threads or torch.get_num_threads()
+    torch.set_num_threads(1)  # see in_thread
     # every request's prompt is prefilled too, so too few new tokens would measure mostly prefill
     tokens = args.tokens or (48 if args.quick else 128)
     concurrency = [int(n) for n in (args.concurrency or ("1,64" if args.quick else "1,4,16,32,64")).split(",")]
@@ -112,7 +132,7 @@ def main() -> None:
     results: dict[str, float] = {}
     for spec in specs:
         try:
-            ratios = bench_model(spec, args.dtype, tokens, concurrency, repeats, args.threads)
+            ratios = bench_model(spec, args.dtype, tokens, concurrency, repeats, threads)
         except MissingDependencyError as exc:
             print(f"\n== {spec}: skipped ({exc})")
             continue

@@ -55,8 +55,12 @@ class HFEngine:
         version: the policy version of ``model``'s weights.
         seed: seeds sampling for requests without their own ``SamplingParams.seed``.
         threads: torch intra-op threads of the worker thread only (OpenMP keeps the setting per
-            thread). When a learner trains in the same process on few cores, 1 thread each avoids
-            oversubscription, which made decode steps several times slower on the 2-core machine.
+            thread; None inherits the default). Measured on the 2-core machine: GNU OpenMP gives
+            every thread running parallel ops its own helper pool, and once the pools hold more
+            threads than there are cores it stops spinning between ops, so a 2-thread worker is
+            ~1.5x slower when the main thread also has a 2-thread pool, and several times slower
+            under CPU contention. With a learner training in the same process, give each side 1
+            thread; for generation alone, keep the main thread at 1 thread and the engine at 2.
     """
 
     def __init__(
