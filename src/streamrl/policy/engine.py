@@ -82,7 +82,8 @@ class HFEngine:
         model.set_attn_implementation(ATTENTION_NAME)
         model.eval().requires_grad_(False)
         self._model = model
-        self._expected = {key: tuple(t.shape) for key, t in model.state_dict().items()}
+        #: key -> (shape, dtype, device) of the engine model's own tensors
+        self._expected = {key: (tuple(t.shape), t.dtype, t.device) for key, t in model.state_dict().items()}
         self._decode_loop = DecodeLoop(
             model,
             decode=decode,
@@ -141,8 +142,12 @@ class HFEngine:
             return await future
         except asyncio.CancelledError:
             with self._cond:
-                self._cancelled.append(request)
-                self._cond.notify()
+                waiting = [i for i, (queued, _) in enumerate(self._pending) if queued is request]
+                if waiting:  # not started yet: just forget it
+                    del self._pending[waiting[0]]
+                else:
+                    self._cancelled.append(request)
+                    self._cond.notify()
             raise
 
     def update_weights(self, state_dict: dict, version: int) -> None:
@@ -232,14 +237,13 @@ class HFEngine:
                 f"update_weights: state dict does not match the engine model (missing {missing[:5]}, "
                 f"unexpected {unexpected[:5]}); pass Policy.state_dict_for_engine()"
             )
-        param = next(self._model.parameters())
         staged = {}
         for key, tensor in state_dict.items():
-            if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != self._expected[key]:
-                shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-                raise ValueError(f"update_weights: {key!r} is {shape}, expected {self._expected[key]}")
-            dtype = param.dtype if tensor.is_floating_point() else tensor.dtype
-            staged[key] = tensor.detach().to(device=param.device, dtype=dtype, copy=True)
+            shape, dtype, device = self._expected[key]
+            if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != shape:
+                found = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+                raise ValueError(f"update_weights: {key!r} is {found}, expected {shape}")
+            staged[key] = tensor.detach().to(device=device, dtype=dtype, copy=True)
         return staged
 
 

@@ -78,7 +78,7 @@ def forward_for_loss(
     """One differentiable forward pass (what learners call inside their loss).
 
     Args:
-        input_ids, attention_mask: ``[B, T]``.
+        input_ids, attention_mask: ``[B, T]`` (all inputs are moved to the model's device).
         token_mask: ``[B, T]``, which tokens to score (default: all with a real predecessor).
             Column 0 must be False: nothing predicts the first token.
         excluded_ids: ids outside the action vocabulary (``Policy.banned_token_ids``).
@@ -88,6 +88,10 @@ def forward_for_loss(
     """
     _check_inputs(input_ids, attention_mask, token_mask, value_mask, segment_ids, value_token_ids, temperature)
     decoder, head = decoder_and_head(model)
+    device = next(decoder.parameters()).device
+    input_ids, attention_mask, token_mask, value_mask, segment_ids = (
+        None if t is None else t.to(device) for t in (input_ids, attention_mask, token_mask, value_mask, segment_ids)
+    )
     if segment_ids is not None:
         position_ids = segment_positions(segment_ids)
         mask_arg: torch.Tensor = as_attention_bias(
