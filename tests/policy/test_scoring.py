@@ -176,3 +176,5 @@ def test_bad_inputs_are_named(small_policy):
         forward_for_loss(small_policy.model, ids, torch.ones_like(ids), value_mask=torch.ones_like(ids))
     with pytest.raises(ValueError, match="missing"):
         score(small_policy.model, {"input_ids": ids})
+    with pytest.raises(ValueError, match="no rows"):
+        score(small_policy.model, {"input_ids": ids[:0], "attention_mask": ids[:0]})

@@ -141,6 +141,8 @@ def score(
     missing = {"input_ids", "attention_mask"} - set(batch)
     if missing:
         raise ValueError(f"score: batch is missing {sorted(missing)}")
+    if batch["input_ids"].shape[0] == 0:
+        raise ValueError("score: the batch has no rows")
     was_training = model.training
     model.eval()
     try:
