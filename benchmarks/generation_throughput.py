@@ -2,10 +2,10 @@
 
 For each model, the baseline is transformers' ``generate`` on one chat prompt at batch size 1
 (sampling, forced to the full length). The engine then serves N concurrent requests (each its own
-coroutine, like rollout episodes) with distinct prompts of about the same length; throughput is generated tokens per second of
-wall time, prefill included. Ratios are engine / baseline measured in the same process; each point
-is the best of ``--repeats`` runs, which filters out most of the noise other processes cause on a
-shared machine (rerun when the numbers matter). ``--threads`` applies to both sides; each side runs
+coroutine, like rollout episodes) with distinct prompts of about the same length; throughput is
+generated tokens per second of wall time, prefill included. Ratios are engine / baseline measured
+in the same process; each point is the best of ``--repeats`` runs, which filters out most of the
+noise other processes cause on a shared machine (rerun when the numbers matter). ``--threads`` applies to both sides; each side runs
 in its own thread (see ``in_thread``).
 
 Usage:
@@ -59,8 +59,13 @@ def baseline_tokens_per_s(policy, prompt_ids: list[int], tokens: int, repeats: i
     """Plain ``generate`` at batch size 1, sampling, forced to ``tokens`` new tokens (best run)."""
     model = policy.model.eval()
     ids = torch.tensor([prompt_ids])
-    kwargs = dict(do_sample=True, top_k=0, top_p=1.0, pad_token_id=policy.tokenizer.pad_token_id,
-                  attention_mask=torch.ones_like(ids))
+    kwargs = dict(
+        do_sample=True,
+        top_k=0,
+        top_p=1.0,
+        pad_token_id=policy.tokenizer.pad_token_id,
+        attention_mask=torch.ones_like(ids),
+    )
     best = 0.0
     with torch.no_grad():
         model.generate(ids, max_new_tokens=2, **kwargs)  # warm-up
@@ -83,15 +88,19 @@ async def engine_tokens_per_s(engine: HFEngine, prompts: list[list[int]], tokens
     return sum(len(r.token_ids) for r in results) / elapsed
 
 
-def bench_model(spec: str, dtype: str, tokens: int, concurrency: list[int], repeats: int, threads: int) -> dict[int, float]:
+def bench_model(
+    spec: str, dtype: str, tokens: int, concurrency: list[int], repeats: int, threads: int
+) -> dict[int, float]:
     """Ratios engine/baseline per concurrency for one model; prints a table."""
     start = time.perf_counter()
     policy = load_policy(spec, dtype=dtype)
     # distinct prompts (the engine prefills identical ones once, which would flatter it)
     prompts = [policy.encode_chat([{"role": "user", "content": PROMPT.format(i=i)}]) for i in range(max(concurrency))]
     prompt_ids = prompts[0]
-    print(f"\n== {spec} ({dtype}, {threads} threads, prompt {len(prompt_ids)} tokens, "
-          f"{tokens} new tokens; loaded in {time.perf_counter() - start:.1f} s)")
+    print(
+        f"\n== {spec} ({dtype}, {threads} threads, prompt {len(prompt_ids)} tokens, "
+        f"{tokens} new tokens; loaded in {time.perf_counter() - start:.1f} s)"
+    )
     base = in_thread(threads, baseline_tokens_per_s, policy, prompt_ids, tokens, repeats)
     print(f"{'baseline generate bs1':>24}: {base:8.1f} tok/s")
     engine = HFEngine.from_policy(policy, max_batch_size=max(concurrency), threads=threads)
@@ -114,8 +123,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer points and tokens (under a minute)")
     parser.add_argument("--model", default="all", choices=["tiny", "smollm2-135m", "all"])
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads for both baseline and engine (default: torch's default count)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads for both baseline and engine (default: torch's default count)",
+    )
     parser.add_argument("--repeats", type=int, default=None, help="timed runs per point; the best counts")
     parser.add_argument("--tokens", type=int, default=None, help="new tokens per request")
     parser.add_argument("--concurrency", default=None, help="comma-separated request counts")

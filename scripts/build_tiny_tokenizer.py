@@ -46,9 +46,27 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 STDLIB_MODULES = (
-    "argparse", "textwrap", "json.decoder", "fractions", "statistics", "heapq", "bisect",
-    "dataclasses", "shlex", "string", "calendar", "difflib", "queue", "random", "pprint",
-    "logging", "collections", "unittest.case", "http.client", "email.message", "datetime",
+    "argparse",
+    "textwrap",
+    "json.decoder",
+    "fractions",
+    "statistics",
+    "heapq",
+    "bisect",
+    "dataclasses",
+    "shlex",
+    "string",
+    "calendar",
+    "difflib",
+    "queue",
+    "random",
+    "pprint",
+    "logging",
+    "collections",
+    "unittest.case",
+    "http.client",
+    "email.message",
+    "datetime",
 )
 ENV_REPEATS = 3  # environment text counts this many times in the BPE statistics
 EPISODES_PER_ENV = 400
@@ -85,7 +103,9 @@ def _play(env, builder, reset_seed: int, act) -> Iterator[str]:
         if move is None:
             break
         reply, action = move
-        yield _chat_text([*builder.step_messages(first, history, observation, info), {"role": "assistant", "content": reply}])
+        yield _chat_text(
+            [*builder.step_messages(first, history, observation, info), {"role": "assistant", "content": reply}]
+        )
         transcript.append({"role": "assistant", "content": reply})
         result = env.step(action)
         history.append((observation, action))
@@ -104,6 +124,7 @@ def alfworld_corpus(episodes: int) -> Iterator[str]:
         def act(observation, info, turn):
             action = env.expert_action()
             return None if action is None else (_reply(action), action)
+
         return act
 
     for seed in range(episodes):
@@ -137,24 +158,29 @@ def math_corpus(episodes: int) -> Iterator[str]:
             env.close()
 
 
+class BinarySearch:
+    """A ``guess_number`` player that halves the known range after each answer."""
+
+    def __init__(self) -> None:
+        self.low, self.high = 1, 100
+
+    def __call__(self, observation: str, info: dict, turn: int) -> tuple[str, str]:
+        if "too low" in observation:
+            self.low = guess_of(observation) + 1
+        elif "too high" in observation:
+            self.high = guess_of(observation) - 1
+        guess = str((self.low + self.high) // 2)
+        return f"<action>{guess}</action>", guess
+
+
 def guess_number_corpus(episodes: int) -> Iterator[str]:
     """Binary-search games of ``guess_number``."""
     from streamrl import envs
 
     for seed in range(episodes):
-        bounds = [1, 100]
-
-        def binary_search(observation, info, turn):
-            if "too low" in observation:
-                bounds[0] = guess_of(observation) + 1
-            elif "too high" in observation:
-                bounds[1] = guess_of(observation) - 1
-            guess = str((bounds[0] + bounds[1]) // 2)
-            return f"<action>{guess}</action>", guess
-
         env = envs.make("guess_number")
         try:
-            yield from _play(env, envs.make_prompt_builder("guess_number"), seed, binary_search)
+            yield from _play(env, envs.make_prompt_builder("guess_number"), seed, BinarySearch())
         finally:
             env.close()
 

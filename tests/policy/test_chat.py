@@ -23,9 +23,18 @@ DROPS_THINKING_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n<think>\n' }}{% endif %}"
 )
 EPISODE = [
-    ("Your task is to: put a clean apple in fridge.", "<think>find the apple</think><action>go to countertop 1</action>"),
-    ("You arrive at countertop 1. On the countertop 1, you see a apple 1.", "<action>take apple 1 from countertop 1</action>"),
-    ("You pick up the apple 1 from the countertop 1.\n\nAdmissible: go to sinkbasin 1", "<action>go to sinkbasin 1</action>"),
+    (
+        "Your task is to: put a clean apple in fridge.",
+        "<think>find the apple</think><action>go to countertop 1</action>",
+    ),
+    (
+        "You arrive at countertop 1. On the countertop 1, you see a apple 1.",
+        "<action>take apple 1 from countertop 1</action>",
+    ),
+    (
+        "You pick up the apple 1 from the countertop 1.\n\nAdmissible: go to sinkbasin 1",
+        "<action>go to sinkbasin 1</action>",
+    ),
     ("Nothing happens. 12 * 7 = 84, 'quotes' and ünïcödé ✓", "I will clean it."),
 ]
 

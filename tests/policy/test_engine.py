@@ -8,8 +8,7 @@ import threading
 import pytest
 import torch
 
-from streamrl.policy import GenerationRequest, HFEngine, InferenceEngine, SamplingParams, load_policy
-from streamrl.policy import decode_loop
+from streamrl.policy import GenerationRequest, HFEngine, InferenceEngine, SamplingParams, decode_loop, load_policy
 from streamrl.policy.scoring import score
 
 from .conftest import SMALL_TINY
@@ -41,8 +40,13 @@ async def generate_all(engine, requests):
 
 def scored_logprobs(model, prompt: list[int], tokens: list[int], excluded, temperature: float) -> torch.Tensor:
     ids = torch.tensor([prompt + tokens])
-    out = score(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, excluded_ids=excluded,
-                temperature=temperature, with_entropy=False)
+    out = score(
+        model,
+        {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
+        excluded_ids=excluded,
+        temperature=temperature,
+        with_entropy=False,
+    )
     return out.logprobs[0, len(prompt) :]
 
 
@@ -68,7 +72,9 @@ def test_continuous_batching_matches_score(small_policy, monkeypatch, temperatur
     monkeypatch.setattr(decode_loop, "COLUMN_HEADROOM", 3)  # re-layout often
     engine = HFEngine.from_policy(small_policy, max_batch_size=3)
     requests = [
-        GenerationRequest(f"r{i}", p, SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=3 + 7 * (i % 4)))
+        GenerationRequest(
+            f"r{i}", p, SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=3 + 7 * (i % 4))
+        )
         for i, p in enumerate(prompts(small_policy, 11))
     ]
     results = run(generate_all(engine, requests))
@@ -78,8 +84,9 @@ def test_continuous_batching_matches_score(small_policy, monkeypatch, temperatur
         assert len(result.token_ids) == len(result.logprobs) == request.sampling.max_new_tokens
         assert result.text == small_policy.decode(result.token_ids)
         assert result.policy_version == 0
-        expected = scored_logprobs(small_policy.model, request.prompt_ids, result.token_ids,
-                                   small_policy.banned_token_ids, temperature)
+        expected = scored_logprobs(
+            small_policy.model, request.prompt_ids, result.token_ids, small_policy.banned_token_ids, temperature
+        )
         assert torch.allclose(torch.tensor(result.logprobs), expected, atol=1e-4), request.request_id
     assert engine.stats["generated_tokens"] == sum(len(r.token_ids) for r in results)
 
@@ -121,14 +128,22 @@ def test_stop_token_and_stop_string(engine, small_policy):
     reference = run(engine.generate(GenerationRequest("g", prompt, greedy)))
     stop_id = reference.token_ids[5]
     first = reference.token_ids.index(stop_id)
-    stopped = run(engine.generate(GenerationRequest("s", prompt, SamplingParams(
-        temperature=0.0, max_new_tokens=30, stop_token_ids=(stop_id,)))))
+    stopped = run(
+        engine.generate(
+            GenerationRequest(
+                "s", prompt, SamplingParams(temperature=0.0, max_new_tokens=30, stop_token_ids=(stop_id,))
+            )
+        )
+    )
     assert stopped.finish_reason == "stop" and stopped.token_ids == reference.token_ids[: first + 1]
 
     text = reference.text
     needle = text[len(text) // 2 : len(text) // 2 + 3]
-    by_string = run(engine.generate(GenerationRequest("t", prompt, SamplingParams(
-        temperature=0.0, max_new_tokens=30, stop_strings=(needle,)))))
+    by_string = run(
+        engine.generate(
+            GenerationRequest("t", prompt, SamplingParams(temperature=0.0, max_new_tokens=30, stop_strings=(needle,)))
+        )
+    )
     assert by_string.finish_reason == "stop" and needle in by_string.text
     assert by_string.token_ids == reference.token_ids[: len(by_string.token_ids)]
     assert needle not in small_policy.decode(by_string.token_ids[:-1])  # it stopped at the first match
@@ -165,8 +180,12 @@ def test_weights_swap_between_batches_never_mid_result(small_policy):
     prompt = prompts(learner, 2)[1]
 
     async def main():
-        running = [asyncio.ensure_future(engine.generate(GenerationRequest(f"o{i}", prompt, SamplingParams(
-            max_new_tokens=300)))) for i in range(3)]
+        running = [
+            asyncio.ensure_future(
+                engine.generate(GenerationRequest(f"o{i}", prompt, SamplingParams(max_new_tokens=300)))
+            )
+            for i in range(3)
+        ]
         while engine.stats["generated_tokens"] < 30:
             await asyncio.sleep(0.002)
         assert not any(future.done() for future in running)  # the update lands mid-generation
@@ -214,8 +233,13 @@ def test_bad_requests_fail_alone(engine, small_policy):
     results = {r.request_id: r for r in run(generate_all(engine, requests))}
     assert results["ok"].finish_reason == "length" and len(results["ok"].token_ids) == 5
     assert results["zero"].finish_reason == "length" and results["zero"].token_ids == []
-    for name, needle in [("empty", "empty"), ("range", "ints in"), ("banned", "banned"),
-                         ("temp", "temperature"), ("top_p", "top_p")]:
+    for name, needle in [
+        ("empty", "empty"),
+        ("range", "ints in"),
+        ("banned", "banned"),
+        ("temp", "temperature"),
+        ("top_p", "top_p"),
+    ]:
         assert results[name].finish_reason == "error" and needle in results[name].error, name
 
 
@@ -232,8 +256,9 @@ def test_a_failing_step_errors_its_rows_and_the_engine_recovers(engine, small_po
         return real_head(hidden)
 
     monkeypatch.setattr(loop, "head", flaky_head)
-    failed = run(generate_all(engine, [GenerationRequest(f"f{i}", prompt, SamplingParams(max_new_tokens=8))
-                                       for i in range(2)]))
+    failed = run(
+        generate_all(engine, [GenerationRequest(f"f{i}", prompt, SamplingParams(max_new_tokens=8)) for i in range(2)])
+    )
     assert all(r.finish_reason == "error" and "boom" in r.error for r in failed)
     assert all(len(r.token_ids) == len(r.logprobs) for r in failed)
     after = run(engine.generate(GenerationRequest("after", prompt, SamplingParams(max_new_tokens=4))))
@@ -244,7 +269,9 @@ def test_cancelled_requests_free_their_slot(engine, small_policy):
     prompt = prompts(small_policy, 1)[0]
 
     async def main():
-        doomed = asyncio.ensure_future(engine.generate(GenerationRequest("x", prompt, SamplingParams(max_new_tokens=2000))))
+        doomed = asyncio.ensure_future(
+            engine.generate(GenerationRequest("x", prompt, SamplingParams(max_new_tokens=2000)))
+        )
         await asyncio.sleep(0.05)
         doomed.cancel()
         done = await engine.generate(GenerationRequest("y", prompt, SamplingParams(max_new_tokens=3)))
@@ -259,8 +286,11 @@ def test_seeded_requests_repeat_regardless_of_batch_mates(engine, small_policy):
     prompt = prompts(small_policy, 2)[1]
     seeded = GenerationRequest("s", prompt, SamplingParams(max_new_tokens=10, seed=123))
     alone = run(engine.generate(seeded))
-    crowd = run(generate_all(engine, [seeded] + [GenerationRequest(f"n{i}", prompt, SamplingParams(max_new_tokens=10))
-                                                 for i in range(3)]))
+    crowd = run(
+        generate_all(
+            engine, [seeded] + [GenerationRequest(f"n{i}", prompt, SamplingParams(max_new_tokens=10)) for i in range(3)]
+        )
+    )
     assert crowd[0].token_ids == alone.token_ids
 
 
@@ -270,7 +300,9 @@ def test_close_joins_the_worker_and_later_calls_abort(small_policy):
 
     async def main():
         first = await engine.generate(GenerationRequest("a", prompt, SamplingParams(max_new_tokens=2)))
-        running = asyncio.ensure_future(engine.generate(GenerationRequest("b", prompt, SamplingParams(max_new_tokens=5000))))
+        running = asyncio.ensure_future(
+            engine.generate(GenerationRequest("b", prompt, SamplingParams(max_new_tokens=5000)))
+        )
         await asyncio.sleep(0.05)
         await engine.close()
         late = await engine.generate(GenerationRequest("c", prompt, SamplingParams(max_new_tokens=2)))
@@ -307,8 +339,10 @@ def test_bfloat16_engine_and_lora_policy(small_policy):
 def test_local_model_folders_generate_what_score_says(model_folder, arch):
     policy = load_policy(str(model_folder(arch)))
     engine = HFEngine.from_policy(policy, max_batch_size=3)
-    requests = [GenerationRequest(f"{arch}{i}", p, SamplingParams(max_new_tokens=4 + 3 * i))
-                for i, p in enumerate(prompts(policy, 5))]
+    requests = [
+        GenerationRequest(f"{arch}{i}", p, SamplingParams(max_new_tokens=4 + 3 * i))
+        for i, p in enumerate(prompts(policy, 5))
+    ]
     results = run(generate_all(engine, requests))
     engine.close_sync()
     for request, result in zip(requests, results):
@@ -335,7 +369,9 @@ def test_malformed_request_objects_get_an_error_result(engine, small_policy):
     broken = GenerationRequest("broken", prompts(small_policy, 1)[0], sampling=None)  # type: ignore[arg-type]
     result = run(engine.generate(broken))
     assert result.finish_reason == "error" and "invalid request" in result.error
-    fine = run(engine.generate(GenerationRequest("fine", prompts(small_policy, 1)[0], SamplingParams(max_new_tokens=2))))
+    fine = run(
+        engine.generate(GenerationRequest("fine", prompts(small_policy, 1)[0], SamplingParams(max_new_tokens=2)))
+    )
     assert fine.finish_reason == "length"
 
 
@@ -353,6 +389,7 @@ def test_identical_prompts_are_prefilled_once(small_policy):
     assert len({tuple(results[f"g{i}"].token_ids) for i in range(6)}) > 1  # still sampled independently
     for request in requests:
         result = results[request.request_id]
-        expected = scored_logprobs(small_policy.model, request.prompt_ids, result.token_ids,
-                                   small_policy.banned_token_ids, 1.0)
+        expected = scored_logprobs(
+            small_policy.model, request.prompt_ids, result.token_ids, small_policy.banned_token_ids, 1.0
+        )
         assert torch.allclose(torch.tensor(result.logprobs), expected, atol=1e-4)

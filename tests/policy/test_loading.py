@@ -118,9 +118,7 @@ def test_lora_trains_only_adapters_and_value_rows(tmp_path):
     assert names and all("lora_" in n or "trainable_tokens" in n for n in names)
     assert any("trainable_tokens" in n for n in names)  # the SAPO value rows can learn
     base = load_policy(SMALL_TINY)
-    assert sum(p.numel() for p in policy.trainable_parameters()) < 0.1 * sum(
-        p.numel() for p in base.model.parameters()
-    )
+    assert sum(p.numel() for p in policy.trainable_parameters()) < 0.1 * sum(p.numel() for p in base.model.parameters())
 
 
 def test_lora_save_load_roundtrip(tmp_path):

@@ -43,7 +43,9 @@ def test_inverse_cdf_never_picks_zero_probability_tokens(vocab, zeros, seed):
 def test_inverse_cdf_follows_the_distribution():
     probs = torch.tensor([0.1, 0.0, 0.6, 0.3] * 100)  # 400 tokens: a full 256-token block and a padded one
     probs = probs / probs.sum()
-    draws = inverse_cdf_sample(probs.expand(200_000, -1), torch.rand(200_000, generator=torch.Generator().manual_seed(1)))
+    draws = inverse_cdf_sample(
+        probs.expand(200_000, -1), torch.rand(200_000, generator=torch.Generator().manual_seed(1))
+    )
     freq = torch.bincount(draws, minlength=400).float() / 200_000
     assert (freq - probs).abs().max() < 1.5e-3
     assert freq[1::4].sum() == 0

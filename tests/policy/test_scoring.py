@@ -140,8 +140,12 @@ def test_forward_for_loss_is_differentiable_and_ignores_banned_logits(small_poli
     ids, mask = right_padded(random_rows(2, 8, 12, seed=7))
     model.zero_grad()
     out = forward_for_loss(
-        model, ids, mask, excluded_ids=small_policy.banned_token_ids,
-        value_token_ids=small_policy.value_token_ids, value_mask=mask.bool(),
+        model,
+        ids,
+        mask,
+        excluded_ids=small_policy.banned_token_ids,
+        value_token_ids=small_policy.value_token_ids,
+        value_mask=mask.bool(),
     )
     loss = -out.logprobs.sum() - out.entropy.sum()
     loss.backward()

@@ -34,8 +34,9 @@ def test_value_tokens_are_the_spare_code_specials(smollm2):
 def test_answers_a_chat_prompt(smollm2):
     prompt = smollm2.encode_chat([{"role": "user", "content": "What is the capital of France? Answer in one word."}])
     engine = HFEngine.from_policy(smollm2, dtype="bfloat16")
-    request = GenerationRequest("q", prompt, SamplingParams(temperature=0.0, max_new_tokens=24,
-                                                           stop_token_ids=(smollm2.end_of_turn_id,)))
+    request = GenerationRequest(
+        "q", prompt, SamplingParams(temperature=0.0, max_new_tokens=24, stop_token_ids=(smollm2.end_of_turn_id,))
+    )
     result = asyncio.run(engine.generate(request))
     engine.close_sync()
     assert result.finish_reason == "stop" and result.token_ids[-1] == smollm2.end_of_turn_id
@@ -43,29 +44,41 @@ def test_answers_a_chat_prompt(smollm2):
 
 
 def test_engine_logprobs_match_score_in_float32(smollm2):
-    prompts = [smollm2.encode_chat([{"role": "user", "content": text}])
-               for text in ("Name three fruits.", "Say hi.", "Count from one to five, please.")]
+    prompts = [
+        smollm2.encode_chat([{"role": "user", "content": text}])
+        for text in ("Name three fruits.", "Say hi.", "Count from one to five, please.")
+    ]
     engine = HFEngine.from_policy(smollm2, max_batch_size=2)
 
     async def main():
-        return await asyncio.gather(*(engine.generate(GenerationRequest(f"f{i}", p, SamplingParams(max_new_tokens=12)))
-                                      for i, p in enumerate(prompts)))
+        return await asyncio.gather(
+            *(
+                engine.generate(GenerationRequest(f"f{i}", p, SamplingParams(max_new_tokens=12)))
+                for i, p in enumerate(prompts)
+            )
+        )
 
     results = asyncio.run(main())
     engine.close_sync()
     for prompt, result in zip(prompts, results):
         ids = torch.tensor([prompt + result.token_ids])
-        out = score(smollm2.model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
-                    excluded_ids=smollm2.banned_token_ids, with_entropy=False)
-        assert torch.allclose(out.logprobs[0, len(prompt):], torch.tensor(result.logprobs), atol=1e-4)
+        out = score(
+            smollm2.model,
+            {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
+            excluded_ids=smollm2.banned_token_ids,
+            with_entropy=False,
+        )
+        assert torch.allclose(out.logprobs[0, len(prompt) :], torch.tensor(result.logprobs), atol=1e-4)
 
 
 def test_chatml_bridge_is_exact_with_the_real_tokenizer(smollm2):
     encode = lambda text: smollm2.tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
     messages = [{"role": "user", "content": "Your task is to: put a clean apple in fridge."}]
     transcript = smollm2.encode_chat(messages)
-    for observation, reply in [("You arrive at fridge 1.", "<action>open fridge 1</action>"),
-                               ("You open the fridge 1. In it, you see a egg 2.", "<action>take egg 2</action>")]:
+    for observation, reply in [
+        ("You arrive at fridge 1.", "<action>open fridge 1</action>"),
+        ("You open the fridge 1. In it, you see a egg 2.", "<action>take egg 2</action>"),
+    ]:
         transcript += encode(reply) + [smollm2.end_of_turn_id] + smollm2.encode_bridge(observation)
         messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
         assert transcript == smollm2.encode_chat(messages)

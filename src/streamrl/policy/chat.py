@@ -67,9 +67,7 @@ class ChatTemplateCodec:
     # -- helpers -------------------------------------------------------------------------------
 
     def _render(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt
-        )
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -91,7 +89,7 @@ class ChatTemplateCodec:
         if not tail_ids or tail_ids[0] not in special_ids:
             raise ChatTemplateError(
                 "the chat template does not end an assistant turn with a special token right after its "
-                f"content (it writes {text[self._reply_end(text):]!r}); the model could not stop on its own"
+                f"content (it writes {text[self._reply_end(text) :]!r}); the model could not stop on its own"
             )
         eot_id = tail_ids[0]
         return eot_id, self.tokenizer.convert_ids_to_tokens(eot_id)

