@@ -5,8 +5,8 @@ For each model, the baseline is transformers' ``generate`` on one chat prompt at
 coroutine, like rollout episodes) with distinct prompts of about the same length; throughput is
 generated tokens per second of wall time, prefill included. Ratios are engine / baseline measured
 in the same process; each point is the best of ``--repeats`` runs, which filters out most of the
-noise other processes cause on a shared machine (rerun when the numbers matter). ``--threads`` applies to both sides; each side runs
-in its own thread (see ``in_thread``).
+noise other processes cause on a shared machine (rerun when the numbers matter). ``--threads``
+applies to both sides; each side runs in its own thread (see ``in_thread``).
 
 Usage:
     python benchmarks/generation_throughput.py [--quick] [--model tiny|smollm2-135m|all]
