@@ -127,13 +127,15 @@ def main() -> None:
         "--threads",
         type=int,
         default=None,
-        help="torch threads for both baseline and engine (default: torch's default count)",
+        help="torch threads for both baseline and engine (default: 1 for tiny, torch's default count "
+        "for SmolLM2: tiny's ops are so small that under CPU contention a 2-thread pool waits a "
+        "scheduler tick per op, which made its runs erratic, 4 to 280 tok/s for the same command)",
     )
     parser.add_argument("--repeats", type=int, default=None, help="timed runs per point; the best counts")
     parser.add_argument("--tokens", type=int, default=None, help="new tokens per request")
     parser.add_argument("--concurrency", default=None, help="comma-separated request counts")
     args = parser.parse_args()
-    threads = args.threads or torch.get_num_threads()
+    default_threads = torch.get_num_threads()
     torch.set_num_threads(1)  # see in_thread
     # every request's prompt is prefilled too, so too few new tokens would measure mostly prefill
     tokens = args.tokens or (48 if args.quick else 128)
@@ -145,6 +147,7 @@ def main() -> None:
     results: dict[str, float] = {}
     for spec in specs:
         try:
+            threads = args.threads or (1 if spec == "tiny" else default_threads)
             ratios = bench_model(spec, args.dtype, tokens, concurrency, repeats, threads)
         except MissingDependencyError as exc:
             print(f"\n== {spec}: skipped ({exc})")
