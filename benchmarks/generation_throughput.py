@@ -127,19 +127,19 @@ def main() -> None:
         "--threads",
         type=int,
         default=None,
-        help="torch threads for both baseline and engine (default: 1 for tiny, torch's default count "
-        "for SmolLM2: tiny's ops are so small that under CPU contention a 2-thread pool waits a "
-        "scheduler tick per op, which made its runs erratic, 4 to 280 tok/s for the same command)",
+        help="torch threads for both baseline and engine (default 1: on the shared 2-core machine a "
+        "2-thread pool waits a scheduler tick per op whenever another process holds a core, which "
+        "made batch-1 runs erratic: 0.5 to 23 tok/s for SmolLM2, 4 to 280 for tiny, same command)",
     )
     parser.add_argument("--repeats", type=int, default=None, help="timed runs per point; the best counts")
     parser.add_argument("--tokens", type=int, default=None, help="new tokens per request")
     parser.add_argument("--concurrency", default=None, help="comma-separated request counts")
     args = parser.parse_args()
-    default_threads = torch.get_num_threads()
+    threads = args.threads or 1
     torch.set_num_threads(1)  # see in_thread
     # every request's prompt is prefilled too, so too few new tokens would measure mostly prefill
-    tokens = args.tokens or (48 if args.quick else 128)
-    concurrency = [int(n) for n in (args.concurrency or ("1,64" if args.quick else "1,4,16,32,64")).split(",")]
+    tokens = args.tokens or (64 if args.quick else 128)
+    concurrency = [int(n) for n in (args.concurrency or ("64" if args.quick else "1,4,16,32,64")).split(",")]
     specs = ["tiny", "smollm2-135m"] if args.model == "all" else [args.model]
     repeats = args.repeats or 2
 
@@ -147,7 +147,6 @@ def main() -> None:
     results: dict[str, float] = {}
     for spec in specs:
         try:
-            threads = args.threads or (1 if spec == "tiny" else default_threads)
             ratios = bench_model(spec, args.dtype, tokens, concurrency, repeats, threads)
         except MissingDependencyError as exc:
             print(f"\n== {spec}: skipped ({exc})")
