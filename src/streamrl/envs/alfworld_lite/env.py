@@ -47,7 +47,12 @@ class AlfworldLiteEnv(Env):
         distractors: int | Sequence[int] = (5, 12),
         max_receptacles: int | None = None,
         task_types: Sequence[str | int] | None = None,
+        eval_difficulty: str = "standard",
     ):
+        if eval_difficulty not in ("standard", "options"):
+            raise ValueError(f"alfworld_lite: eval_difficulty must be 'standard' or 'options', got {eval_difficulty!r}")
+        #: "options": the seen/unseen sets are generated under this env's difficulty knobs too
+        self.eval_difficulty = eval_difficulty
         if grammar not in GRAMMARS:
             raise ValueError(f"alfworld_lite: grammar must be one of {GRAMMARS}, got {grammar!r}")
         if max_steps < 1:
@@ -93,7 +98,7 @@ class AlfworldLiteEnv(Env):
             task_id = self._pick_task_id(seed, options or {})
         elif options:
             raise ValueError(f"alfworld_lite.reset: options {sorted(options)} are not used with a task_id")
-        self._episode = generate(task_id, self.config)
+        self._episode = generate(task_id, self.config, eval_config=self.eval_difficulty == "options")
         self._world = self._episode.world.copy()
         self._steps = 0
         self._done = False

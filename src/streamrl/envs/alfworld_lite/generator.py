@@ -11,8 +11,10 @@ Splits (mirroring ALFWorld's train / valid_seen / valid_unseen):
 * ``seen`` (140 tasks) and ``train`` (unbounded) use the other scenes and never a held-out pair;
 * a train task never repeats a seen task's (scene, task type, object kind, target kind) key.
 
-Difficulty knobs (``GeneratorConfig``) apply to the train split only; the eval splits always use
-the defaults, so their content (and ``EVAL_FINGERPRINTS``) never depends on a training setup.
+Difficulty knobs (``GeneratorConfig``) apply to the train split only by default; the eval splits
+use the defaults, so their content (and ``EVAL_FINGERPRINTS``) never depends on a training setup.
+``generate(..., eval_config=True)`` builds the eval splits under the given knobs instead (the same
+held-out scenes and pairs, at that difficulty): a different, equally fixed set, for small models.
 """
 
 from __future__ import annotations
@@ -139,11 +141,11 @@ def scene_layout(scene: int) -> tuple[tuple[str, int], ...]:
     return tuple(slots)
 
 
-def generate(task_id: str, config: GeneratorConfig = DEFAULT_CONFIG) -> Episode:
-    """The episode of ``task_id``; eval ids ignore ``config`` (see the module docstring)."""
+def generate(task_id: str, config: GeneratorConfig = DEFAULT_CONFIG, eval_config: bool = False) -> Episode:
+    """The episode of ``task_id``; eval ids ignore ``config`` unless ``eval_config`` (module docstring)."""
     split, index = parse_task_id(task_id)
     if split != "train":
-        return _eval_split(split)[index]
+        return _eval_split(split, config if eval_config else DEFAULT_CONFIG)[index]
     seen = _seen_keys()
     for attempt in range(_MAX_ATTEMPTS):
         episode = _attempt(task_id, f"{task_id}#{attempt}", split, config)
@@ -153,14 +155,14 @@ def generate(task_id: str, config: GeneratorConfig = DEFAULT_CONFIG) -> Episode:
 
 
 @cache
-def _eval_split(split: str) -> tuple[Episode, ...]:
+def _eval_split(split: str, config: GeneratorConfig = DEFAULT_CONFIG) -> tuple[Episode, ...]:
     """All tasks of an eval split, generated in order with distinct keys."""
     episodes: list[Episode] = []
     keys: set[tuple[int, str, str, str]] = set()
     for index in range(SPLITS[split]):
         task_id = f"{split}/{index}"
         for attempt in range(_MAX_ATTEMPTS):
-            episode = _attempt(task_id, f"{task_id}#{attempt}", split, DEFAULT_CONFIG)
+            episode = _attempt(task_id, f"{task_id}#{attempt}", split, config)
             if episode is not None and episode.key not in keys:
                 keys.add(episode.key)
                 episodes.append(episode)
