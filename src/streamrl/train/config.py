@@ -168,6 +168,7 @@ class ModelConfig(Section):
     spec: str = "tiny"
     dtype: Literal["float32", "bfloat16"] = "float32"
     device: str = "cpu"
+    #: torch threads of the learner (null: half the cores; SFT alone uses all of them)
     threads: int | None = Field(None, ge=1)
     lora: LoraConfig | None = None
     #: config overrides for built-in specs, e.g. {hidden_size: 128, num_hidden_layers: 2}
@@ -199,6 +200,8 @@ class RolloutConfig(Section):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_staleness: int = Field(4, ge=0)
     step_timeout_s: float = Field(60.0, gt=0.0)
+    #: torch threads of the generation engine (null: the cores the learner leaves)
+    engine_threads: int | None = Field(None, ge=1)
 
 
 class RewardConfig(Section):

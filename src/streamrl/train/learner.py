@@ -153,33 +153,43 @@ class Learner:
     # -- the step ---------------------------------------------------------------------------------
 
     def step(self, trajectories: list[Trajectory]) -> dict[str, float]:
-        started = time.perf_counter()
+        """One learner step. Metrics include the time of each phase (``time_*_s``): scoring with
+        the proximal policy (``score_old``, which also reads SAPO's V/Q), with the reference
+        (``score_ref``), advantage preparation (``prepare``: PPO's critic values), the actor update,
+        and ``finish`` (tracker updates, PPO's critic update)."""
+        clock = _PhaseClock()
         metrics = self.observe(trajectories)
         usable = [t for t in trajectories if t.outcome is not None and t.turns and not t.excluded_from_loss]
         metrics.update(_delivery_metrics(trajectories, usable))
         if not usable:
             metrics.update(self.finish(trajectories, None, None), skipped=1.0)
             self.steps_done += 1
-            return metrics
+            return {**metrics, **clock.metrics()}
         batch = collate(
             usable,
             reward_scale=self.config.reward.scale,
             invalid_penalty=self.config.reward.invalid_format_penalty,
             pad_id=self.policy.tokenizer.pad_token_id or 0,
         )
+        clock.lap("collate")
         old = self.score_batch(self.model, batch, values=self.reads_values) if self.needs_old_pass() else None
+        clock.lap("score_old")
         ref = None
         if self.algo.kl_coef > 0:
             if self.reference is None:
                 raise RuntimeError("algo.kl_coef > 0 needs a reference model (train.reference_model: true)")
             ref = self.score_batch(self.reference.model, batch).logprobs
+        clock.lap("score_ref")
         prepared = self.prepare(batch, old)
         metrics.update(prepared.metrics)
+        clock.lap("prepare")
         update_metrics, probe = self._update(batch, prepared, old, ref)
         metrics.update(update_metrics)
+        clock.lap("actor_update")
         metrics.update(self.finish(trajectories, batch, probe))
+        clock.lap("finish")
         self.steps_done += 1
-        metrics["learner_time_s"] = time.perf_counter() - started
+        metrics.update(clock.metrics())
         return metrics
 
     def _update(
@@ -311,6 +321,20 @@ class Learner:
             value_mask[micro.pre_positions] = True
             value_mask[micro.post_positions] = True
         return self._forward_rows(micro.tensors, value_mask, with_entropy=True)
+
+
+class _PhaseClock:
+    def __init__(self) -> None:
+        self.started = self.last = time.perf_counter()
+        self.phases: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phases[name] = now - self.last
+        self.last = now
+
+    def metrics(self) -> dict[str, float]:
+        return {**{f"time_{k}_s": v for k, v in self.phases.items()}, "learner_time_s": self.last - self.started}
 
 
 def _broadcast(turn_values: torch.Tensor, token_turn: torch.Tensor) -> torch.Tensor:

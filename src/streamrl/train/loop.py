@@ -7,8 +7,11 @@ keeps generating (with the engine's own weight copy), and weights are published 
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from streamrl.envs import make, make_parser, make_prompt_builder
 from streamrl.policy.engine import HFEngine
@@ -29,8 +32,10 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ec
     logger = ws.logger(state)
     summary: dict[str, Any] = {"out_dir": str(ws.root)}
 
+    learner_threads, engine_threads = thread_split(config)
     if state is None and config.sft.demos > 0 and config.model.init_from is None:  # SFT warm start
         demos = await collect_demonstrations(config, policy)
+        torch.set_num_threads(learner_threads + engine_threads)  # nothing else runs during SFT
         summary["sft"] = behaviour_cloning(config, policy, demos, log=lambda s, m: logger.log(s, m, "sft"))
         echo(f"SFT: {len(demos)} demonstrations, final NLL {summary['sft']['nll']:.3f}")
         policy.save(ws.root / "sft_model")
@@ -40,7 +45,8 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ec
     env.close()
     learner = make_learner(config, policy, ws.reference(config, policy, state), reward_range)
     run = RunState.initial() if state is None else ws.load_learner(state, learner)
-    engine = HFEngine.from_policy(policy, version=run.version, seed=config.train.seed)
+    torch.set_num_threads(learner_threads)
+    engine = HFEngine.from_policy(policy, version=run.version, seed=config.train.seed, threads=engine_threads)
 
     if state is None and config.train.eval_at_start:
         summary["eval_before"] = (await evaluate(config, engine, policy, tag="eval-v0")).metrics()
@@ -68,7 +74,7 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ec
         async with rollout:
             while run.step < config.train.steps:
                 batch = await rollout.next_batch()
-                metrics = await asyncio.to_thread(learner.step, batch)
+                metrics = await asyncio.to_thread(_with_threads, learner_threads, learner.step, batch)
                 run.advance(batch)
                 engine.update_weights(policy.state_dict_for_engine(), run.version)
                 rollout.publish(run.version)
@@ -91,6 +97,19 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ec
     summary.update(steps=run.step, trajectories=run.trajectories, report=str(write_report(ws.root, config)))
     ws.write_summary(summary)
     return summary
+
+
+def thread_split(config: Config) -> tuple[int, int]:
+    """(learner, engine) torch threads: they run at the same time, so together they fill the cores
+    without oversubscribing them (spinning OpenMP pools make oversubscription very costly)."""
+    cores = os.cpu_count() or 2
+    learner = config.model.threads or max(1, cores // 2)
+    return learner, config.rollout.engine_threads or max(1, cores - learner)
+
+
+def _with_threads(threads: int, fn: Any, *args: Any) -> Any:
+    torch.set_num_threads(threads)  # OpenMP settings are per thread: set it in the worker itself
+    return fn(*args)
 
 
 def _rollout_metrics(stats: dict[str, Any]) -> dict[str, float]:
