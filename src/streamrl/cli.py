@@ -68,7 +68,12 @@ def _config(args: argparse.Namespace) -> Config:
         paths = [Path(args.out) / "config.yaml"]
     if not paths:
         paths = [DEFAULT_CONFIG] if Path(DEFAULT_CONFIG).is_file() else []
-    config = load_config(paths, args.overrides, algo=getattr(args, "algo", None))
+    overrides = list(args.overrides)
+    if getattr(args, "model_spec", None):
+        overrides.append(f"model.spec={args.model_spec}")
+    if getattr(args, "env", None):
+        overrides.append(f"env.name={args.env}")
+    config = load_config(paths, overrides, algo=getattr(args, "algo", None))
     preflight(config)
     return config
 
@@ -178,8 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     def with_config(p: argparse.ArgumentParser, out: bool = True) -> None:
         p.add_argument("--config", action="append", help="YAML file (repeatable; later files win)")
+        p.add_argument("--env", help="environment (overrides env.name)")
         if out:
             p.add_argument("--out", help="run folder (default runs/<algo>-<env>)")
+            p.add_argument("--model", dest="model_spec", help="tiny, smollm2-135m or a model folder (overrides model.spec)")
         p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.steps=20 algo.dual_clip=3")
 
     train = sub.add_parser("train", help="(SFT warm start,) RL, evaluation, report")

@@ -177,12 +177,7 @@ class AlfworldRealEnv(Env):
         return observations[0], self._info(observations[0], infos, effective=True)
 
     def step(self, action: str) -> StepResult:
-        if not isinstance(action, str):
-            raise TypeError(f"alfworld_real.step: action must be a str, got {type(action).__name__}")
-        if self._game_env is None:
-            raise RuntimeError("alfworld_real: call reset() before step()")
-        if self._done:
-            raise RuntimeError("alfworld_real: the episode is over; call reset()")
+        self.check_step(action, started=self._game_env is not None, done=self._done)
         observations, _scores, dones, infos = self._game_env.step([action])
         self._steps += 1
         observation = observations[0]

@@ -131,6 +131,16 @@ class Env(ABC):
     def admissible_actions(self) -> list[str] | None:
         return None
 
+    def check_step(self, action: object, *, started: bool, done: bool) -> None:
+        """The preconditions every ``step`` shares, with errors naming the environment."""
+        name = self.spec.name
+        if not isinstance(action, str):
+            raise TypeError(f"{name}.step: action must be a str, got {type(action).__name__}")
+        if not started:
+            raise RuntimeError(f"{name}: call reset() before step()")
+        if done:
+            raise RuntimeError(f"{name}: the episode is over; call reset()")
+
     def close(self) -> None:  # idempotent
         return None
 

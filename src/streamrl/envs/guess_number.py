@@ -93,12 +93,7 @@ class GuessNumberEnv(Env):
         return observation, self._info(won=False, valid=True, effective=True)
 
     def step(self, action: str) -> StepResult:
-        if not isinstance(action, str):
-            raise TypeError(f"guess_number.step: action must be a str, got {type(action).__name__}")
-        if self._task_id is None:
-            raise RuntimeError("guess_number: call reset() before step()")
-        if self._done:
-            raise RuntimeError("guess_number: the episode is over; call reset()")
+        self.check_step(action, started=self._task_id is not None, done=self._done)
         self._steps += 1
         text = action.strip()
         guess = int(text) if _INTEGER.fullmatch(text) else None

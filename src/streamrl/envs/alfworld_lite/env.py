@@ -107,12 +107,7 @@ class AlfworldLiteEnv(Env):
         return observation, self._info(won=False, effective=True)
 
     def step(self, action: str) -> StepResult:
-        if not isinstance(action, str):
-            raise TypeError(f"alfworld_lite.step: action must be a str, got {type(action).__name__}")
-        if self._episode is None:
-            raise RuntimeError("alfworld_lite: call reset() before step()")
-        if self._done:
-            raise RuntimeError("alfworld_lite: the episode is over; call reset()")
+        self.check_step(action, started=self._episode is not None, done=self._done)
         self._steps += 1
         command = parse_command(action)
         effective = command is not None and command in self._admissible

@@ -193,12 +193,7 @@ class MathTIREnv(Env):
         return observation, self._info(format_valid=True, effective=True, tool_status=None)
 
     def step(self, action: str) -> StepResult:
-        if not isinstance(action, str):
-            raise TypeError(f"math_tir.step: action must be a str (the model's turn), got {type(action).__name__}")
-        if self._task is None:
-            raise RuntimeError("math_tir: call reset() before step()")
-        if self._done:
-            raise RuntimeError("math_tir: the episode is over; call reset()")
+        self.check_step(action, started=self._task is not None, done=self._done)
         self._steps += 1
         call = last_tool_call(action)
         reward, terminated, truncated, reason = 0.0, False, False, None

@@ -1,0 +1,51 @@
+"""The assembled learner moves each trajectory's log-likelihood in the direction of its advantage."""
+
+from __future__ import annotations
+
+import asyncio
+
+import torch
+
+from streamrl.envs import make
+from streamrl.policy.engine import HFEngine
+from streamrl.policy.loading import load_policy
+from streamrl.rollout.evaluate import run_episodes
+from streamrl.train.algorithms import make_learner
+from streamrl.train.batch import collate
+from streamrl.train.evaluate import episode_runner, episode_settings
+
+
+def _trajectory_logps(learner, batch):
+    out = learner.score_batch(learner.model, batch)
+    per_token = (out.logprobs * batch.action_mask).sum(dim=1)
+    return torch.zeros(len(batch.trajectories)).index_add_(0, batch.sample_trajectory, per_token.float())
+
+
+def test_spo_plus_plus_step_follows_the_advantage_sign(coin_config):
+    config = coin_config("spo++", "optim.lr=3e-3", "train.batch_size=8", "algo.tis_cap=null")
+    policy = load_policy("tiny", model_overrides=config.model.overrides, seed=0)
+
+    async def rollouts():
+        engine = HFEngine.from_policy(policy, seed=1)
+        try:
+            tasks = [f"train/{i}" for i in range(8)]
+            return await run_episodes(episode_runner(config, engine, policy, episode_settings(config)),
+                                      lambda: make("coin"), tasks, concurrency=8)
+        finally:
+            await engine.close()
+
+    trajectories = asyncio.run(rollouts())
+    learner = make_learner(config, policy)
+    source = learner.make_source([t.prompt_id for t in trajectories])
+    for t in trajectories:  # what the dispatcher would have frozen: the unseen prior, 0.5
+        t.dispatch = type(t.dispatch)(**{**t.dispatch.to_dict(), "baseline": source.on_dispatch(t.prompt_id).baseline, "z": 0.0})
+    batch = collate(trajectories)
+    before = _trajectory_logps(learner, batch)
+    metrics = learner.step(trajectories)
+    after = _trajectory_logps(learner, batch)
+    outcomes = batch.outcomes()
+    assert 0 < outcomes.sum() < len(outcomes), "need both successes and failures"
+    won, lost = outcomes > 0.5, outcomes < 0.5
+    assert metrics["trajectories_in_loss"] == 8
+    assert bool((after[won] > before[won]).all()), (before, after, outcomes)
+    assert bool((after[lost] < before[lost]).all()), (before, after, outcomes)
