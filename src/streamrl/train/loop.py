@@ -7,6 +7,7 @@ keeps generating (with the engine's own weight copy), and weights are published 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ from streamrl.train.run import RunState, Workspace, load_run_policy
 from streamrl.train.sft import behaviour_cloning, collect_demonstrations
 
 
-async def train(config: Config, out_dir: str | Path, *, resume: bool = False, echo=print) -> dict[str, Any]:
+async def train(config: Config, out_dir: str | Path, *, resume: bool = False, echo=None) -> dict[str, Any]:
+    echo = echo or functools.partial(print, flush=True)  # progress lines must reach logs promptly
     ws = Workspace(Path(out_dir), config, echo)
     state = ws.restore() if resume else None
     policy = load_run_policy(config, state)
