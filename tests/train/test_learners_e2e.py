@@ -65,3 +65,14 @@ def test_spo_tracker_absorbs_every_delivered_result(coin_config, tmp_path):
     state = json.loads(next((tmp_path / "checkpoints").glob("step_*/state.json")).read_text())
     visits = sum(entry[3] for entry in state["learner"]["tracker"]["prompts"])
     assert visits == 2 * config.train.batch_size
+
+
+def test_offline_prior_initialises_the_tracker_from_initial_rollouts(coin_config, tmp_path):
+    config = coin_config("spo++", "train.steps=1", "train.checkpoint_every=1", "algo.offline_samples=2", "env.train_tasks=4")
+    asyncio.run(train(config, tmp_path))
+    state = json.loads(next((tmp_path / "checkpoints").glob("step_*/state.json")).read_text())
+    prompts = {entry[0]: entry for entry in state["learner"]["tracker"]["prompts"]}
+    assert set(prompts) == {f"train/{i}" for i in range(4)}
+    # an offline prior has N0 = 1 / (1 - 0.875) = 8 pseudo-counts (the unseen prior has 1, and one
+    # step adds at most a few results per prompt), decayed by at most one publish
+    assert all(a + b > 4.0 for _, a, b, _ in prompts.values())

@@ -19,7 +19,8 @@ from streamrl.policy.engine import HFEngine
 from streamrl.rollout import Rollout, RolloutSettings
 from streamrl.train.algorithms import make_learner
 from streamrl.train.config import Config
-from streamrl.train.evaluate import episode_settings, evaluate
+from streamrl.rollout.evaluate import run_episodes
+from streamrl.train.evaluate import episode_runner, episode_settings, evaluate
 from streamrl.train.progress import Progress
 from streamrl.train.report import write_report
 from streamrl.train.run import RunState, Workspace, load_run_policy
@@ -49,6 +50,10 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ec
     run = RunState.initial() if state is None else ws.load_learner(state, learner)
     torch.set_num_threads(learner_threads)
     engine = HFEngine.from_policy(policy, version=run.version, seed=config.train.seed, threads=engine_threads)
+
+    if state is None and getattr(config.algo, "offline_samples", 0):
+        await offline_prior(config, learner, engine, policy, pool)
+        echo(f"offline prior: {config.algo.offline_samples} rollouts for each of {len(pool)} prompts")
 
     if state is None and config.train.eval_at_start:
         summary["eval_before"] = (await evaluate(config, engine, policy, tag="eval-v0")).metrics()
@@ -99,6 +104,25 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ec
     summary.update(steps=run.step, trajectories=run.trajectories, report=str(write_report(ws.root, config)))
     ws.write_summary(summary)
     return summary
+
+
+async def offline_prior(config: Config, learner: Any, engine: HFEngine, policy: Any, pool: list[str]) -> None:
+    """SPO's offline initialisation: ``n0`` rollouts of the initial policy per prompt set each
+    prompt's prior (successes are outcomes above the middle of the reward range)."""
+    n0 = config.algo.offline_samples
+    trajectories = await run_episodes(
+        episode_runner(config, engine, policy, episode_settings(config)),
+        lambda: make(config.env.name, **config.env.options),
+        [prompt for prompt in pool for _ in range(n0)],
+        concurrency=config.rollout.concurrency, seed=config.train.seed, request_prefix="offline",
+    )
+    middle = sum(learner.reward_range) / 2
+    successes = {prompt: 0 for prompt in pool}
+    for trajectory in trajectories:
+        if trajectory.outcome is not None and learner.outcome(trajectory) > middle:
+            successes[trajectory.prompt_id] += 1
+    for prompt, count in successes.items():
+        learner.tracker.init_offline(prompt, count, n0)
 
 
 def thread_split(config: Config) -> tuple[int, int]:
