@@ -209,7 +209,7 @@ class Learner:
         weighted: dict[str, float] = {}  # token-weighted means (PPO diagnostics)
         shares: dict[str, float] = {}  # global-denominator shares: their sum is the mini-batch value
         ratio_max, grad_norms, probe = 1.0, [], None
-        norm_length = algo.norm_length or int(batch.trajectory_lengths().max())
+        norm_length = algo.norm_length or self._max_response_tokens(batch)
         generator = torch.Generator().manual_seed(self.config.train.seed * 100_003 + self.steps_done)
         for _ in range(algo.epochs):
             order = list(range(batch.num_rows))
@@ -228,6 +228,7 @@ class Learner:
                     tis = None
                     if algo.tis_cap is not None:
                         tis = tis_weights(old_logp, micro.tensors["rollout_logprobs"], algo.tis_cap)
+                        weighted["tis_weight"] = weighted.get("tis_weight", 0.0) + float(tis[mask].sum())
                     loss, stats = ppo_policy_loss(
                         logp, old_logp, _cut(token_adv, rows, logp), mask,
                         clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
@@ -236,7 +237,7 @@ class Learner:
                     )
                     ratio_max = max(ratio_max, stats.pop("ratio_max"))
                     tokens = stats.pop("tokens")
-                    for key, value in stats.items():
+                    for key, value in stats.items():  # per-call means -> token-weighted sums
                         weighted[key] = weighted.get(key, 0.0) + value * tokens
                     share = {"policy_loss": float(loss.detach())}
                     if ref is not None:
@@ -266,6 +267,14 @@ class Learner:
         metrics.update({key: value / len(grad_norms) for key, value in shares.items()})
         metrics.update(grad_norm=sum(grad_norms) / len(grad_norms), ratio_max=ratio_max, optimizer_steps=float(len(grad_norms)))
         return metrics, probe
+
+    def _max_response_tokens(self, batch: Batch) -> int:
+        """Dr.GRPO's constant L_norm: the longest response a row can hold under this config."""
+        rollout = self.config.rollout
+        if rollout.layout == "per_step":
+            return rollout.max_new_tokens
+        turns = max(len(t.turns) for t in batch.trajectories)
+        return rollout.max_new_tokens * (rollout.max_turns or turns)
 
     def policy_drift(self, probe: Probe) -> float:
         """Mean |log pi_now - log pi_before| over the probe's action tokens (SPO's drift D)."""
