@@ -37,3 +37,16 @@ def test_options_rebuild_eval_sets_deterministically_with_the_same_goals():
 def test_bad_eval_difficulty_is_named():
     with pytest.raises(ValueError, match="eval_difficulty"):
         make("alfworld_lite", eval_difficulty="hard")
+
+
+def test_compact_prompt_can_remember_visited_receptacles():
+    from streamrl.envs import make_prompt_builder
+
+    env = make("alfworld_lite")
+    observation, info = env.reset(task_id="train/3")
+    builder = make_prompt_builder("alfworld_lite", style="compact", history_length=1, visited=True)
+    history = [(observation, "go to shelf 1"), ("...", "open shelf 1"), ("...", "go to cabinet 2"), ("...", "go to shelf 1")]
+    text = builder.step_messages(observation, history, "You arrive at shelf 1.", info)[0]["content"]
+    assert "Visited: shelf 1, cabinet 2\n" in text
+    plain = make_prompt_builder("alfworld_lite", style="compact", history_length=1)
+    assert "Visited:" not in plain.step_messages(observation, history, "You arrive at shelf 1.", info)[0]["content"]

@@ -16,6 +16,9 @@ Two styles:
 ``alfworld_action_parser(require_think=False)``); ``instruction`` replaces the instruction text.
 ``admissible="first"`` (compact full-history transcripts) lists the admissible actions only in
 the first message: later observations are appended bare, which keeps a long episode short.
+``visited=True`` (compact per-step prompts) adds a one-line memory of the receptacles already
+visited, in order, like verl-agent's memory module: a short history window then still shows
+where the agent has searched.
 """
 
 from __future__ import annotations
@@ -56,6 +59,15 @@ def without_banner(observation: str) -> str:
     return body[:start].strip() if start >= 0 else body
 
 
+def _visited(history: list[tuple[str, str]]) -> list[str]:
+    """Receptacles the agent went to, first visit order, each once."""
+    places: list[str] = []
+    for _, action in history:
+        if action.startswith("go to ") and action[6:] not in places:
+            places.append(action[6:])
+    return places
+
+
 def _admissible(info: dict[str, Any]) -> list[str]:
     return [action for action in info.get("admissible_actions") or [] if action != "help"]
 
@@ -68,6 +80,7 @@ class AlfworldPromptBuilder(PromptBuilder):
         require_think: bool = True,
         instruction: str | None = None,
         admissible: str = "every",
+        visited: bool = False,
     ):
         if admissible not in ("every", "first"):
             raise ValueError(f"alfworld prompt builder: admissible must be 'every' or 'first', got {admissible!r}")
@@ -77,6 +90,7 @@ class AlfworldPromptBuilder(PromptBuilder):
             raise ValueError(f"alfworld prompt builder: history_length must be >= 0, got {history_length}")
         self.style = style
         self.admissible = admissible
+        self.visited = visited
         self.history_length = history_length
         if instruction is None:
             if style == "verl":
@@ -155,6 +169,8 @@ class AlfworldPromptBuilder(PromptBuilder):
                 lines += [f"> {history[k][1]}", results[k]]
             if self.history_length == 0:
                 lines.append(observation)
+        if self.visited and history:
+            lines.append("Visited: " + (", ".join(_visited(history)) or "nothing"))
         lines += [self._compact_admissible(info), self.instruction]
         return "\n".join(lines)
 
