@@ -10,11 +10,9 @@ its previous visit. This needs no per-prompt response storage and one small extr
 
 from __future__ import annotations
 
-import torch
-
-from streamrl.algos import SPOTracker, advantage_stats, spo_advantages, spopp_advantages
+from streamrl.algos import SPOTracker
 from streamrl.rollout import PromptSource, Trajectory
-from streamrl.train.algorithms.sources import TrackerSource, clamp_reward
+from streamrl.train.algorithms.single_stream import TrackerSource, baseline_advantages, clamp_reward
 from streamrl.train.batch import Batch
 from streamrl.train.learner import Learner, Prepared, Probe
 
@@ -45,15 +43,7 @@ class SPOLearner(Learner):
         return {}
 
     def prepare(self, batch: Batch, old) -> Prepared:
-        rewards = batch.outcomes()
-        baselines = torch.tensor([self._baselines[t.request_id] for t in batch.trajectories], dtype=torch.float64)
-        lengths = batch.trajectory_lengths()
-        token_measure = self.algo.norm_measure == "token"
-        adv = spopp_advantages(rewards, baselines, lengths) if token_measure else spo_advantages(rewards, baselines)
-        metrics = advantage_stats(rewards - baselines, adv, lengths if token_measure else None)
-        metrics["baseline_mean"] = float(baselines.mean())
-        metrics["token_weighted_adv_mean"] = float((lengths * adv).sum() / lengths.sum().clamp(min=1))
-        return Prepared(turn_advantages=adv[batch.turns.trajectory], metrics=metrics)
+        return baseline_advantages(batch, [self._baselines[t.request_id] for t in batch.trajectories], self.algo.norm_measure)
 
     def finish(self, delivered: list[Trajectory], batch: Batch | None, probe: Probe | None) -> dict[str, float]:
         drift = self.policy_drift(probe) if probe is not None else 0.0

@@ -8,11 +8,9 @@ evidence absorbed in receipt order at the learner's current event).
 
 from __future__ import annotations
 
-import torch
-
-from streamrl.algos import EventTimeTracker, advantage_stats, spo_advantages, spopp_advantages
+from streamrl.algos import EventTimeTracker
 from streamrl.rollout import PromptSource, Trajectory
-from streamrl.train.algorithms.sources import TrackerSource, clamp_reward
+from streamrl.train.algorithms.single_stream import TrackerSource, baseline_advantages, clamp_reward
 from streamrl.train.batch import Batch
 from streamrl.train.learner import Learner, Prepared
 
@@ -52,15 +50,7 @@ class SPOPlusPlusLearner(Learner):
         return trajectory.dispatch.baseline
 
     def prepare(self, batch: Batch, old) -> Prepared:
-        rewards = batch.outcomes()
-        baselines = torch.tensor([self.baseline(t) for t in batch.trajectories], dtype=torch.float64)
-        lengths = batch.trajectory_lengths()
-        token_measure = self.algo.norm_measure == "token"
-        adv = spopp_advantages(rewards, baselines, lengths) if token_measure else spo_advantages(rewards, baselines)
-        metrics = advantage_stats(rewards - baselines, adv, lengths if token_measure else None)
-        metrics["baseline_mean"] = float(baselines.mean())
-        metrics["token_weighted_adv_mean"] = float((lengths * adv).sum() / lengths.sum().clamp(min=1))
-        return Prepared(turn_advantages=adv[batch.turns.trajectory], metrics=metrics)
+        return baseline_advantages(batch, [self.baseline(t) for t in batch.trajectories], self.algo.norm_measure)
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "tracker": self.tracker.state_dict()}

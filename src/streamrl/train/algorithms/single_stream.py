@@ -1,11 +1,17 @@
-"""Prompt sources that let a tracker drive dispatch (prioritised sampling, SPO++'s frozen reads)."""
+"""What SPO and SPO++ share: prompt sources that let a tracker drive dispatch (prioritised
+sampling, SPO++'s frozen reads), and advantages from outcomes minus a per-trajectory baseline."""
 
 from __future__ import annotations
 
 import random
 from typing import Any, Callable, Sequence
 
+import torch
+
+from streamrl.algos import advantage_stats, spo_advantages, spopp_advantages
 from streamrl.rollout import DispatchMeta, Trajectory
+from streamrl.train.batch import Batch
+from streamrl.train.learner import Prepared
 
 
 class TrackerSource:
@@ -58,3 +64,17 @@ def clamp_reward(tracker: Any, reward: float) -> float:
     """Keep a shaped outcome inside the tracker's reward range (penalties can push it below)."""
     low, high = tracker.reward_range
     return min(max(reward, low), high)
+
+
+def baseline_advantages(batch: Batch, baselines: list[float], norm_measure: str) -> Prepared:
+    """``A_i = R_i - baseline_i``, normalised over the batch by trajectory (``traj``, SPO's N_traj)
+    or by action token (``token``, SPO++'s N_tok), broadcast to every turn of the trajectory."""
+    rewards = batch.outcomes()
+    base = torch.tensor(baselines, dtype=torch.float64)
+    lengths = batch.trajectory_lengths()
+    token_measure = norm_measure == "token"
+    adv = spopp_advantages(rewards, base, lengths) if token_measure else spo_advantages(rewards, base)
+    metrics = advantage_stats(rewards - base, adv, lengths if token_measure else None)
+    metrics["baseline_mean"] = float(base.mean())
+    metrics["token_weighted_adv_mean"] = float((lengths * adv).sum() / lengths.sum().clamp(min=1))
+    return Prepared(turn_advantages=adv[batch.turns.trajectory], metrics=metrics)
