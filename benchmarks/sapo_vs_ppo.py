@@ -12,6 +12,7 @@ its own process so peak memory is its own. Per iteration we report:
 
     python benchmarks/sapo_vs_ppo.py --quick                 # tiny model, < 1 minute
     python benchmarks/sapo_vs_ppo.py --models tiny,smollm2-135m
+    python benchmarks/sapo_vs_ppo.py --models smollm2-135m --gradient-checkpointing
 
 Ends with ``RESULT learner_time_ratio=.. iteration_time_ratio=.. memory_ratio=..`` (SAPO / PPO) for
 the last (largest) model.
@@ -42,6 +43,7 @@ def _config(model: str, algo: str, args: argparse.Namespace):
         "rollout.layout=full_history", f"rollout.max_turns={args.turns}", f"rollout.max_new_tokens={args.new_tokens}",
         f"train.batch_size={args.batch}", f"optim.micro_batch_size={args.micro_batch}", "optim.lr=1e-5",
         "algo.kl_coef=0", "algo.epochs=1", "sft.demos=0",
+        f"model.gradient_checkpointing={args.gradient_checkpointing}",
     ]
     return load_config(None, overrides, algo=algo)
 
@@ -134,7 +136,8 @@ def measure(model: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
 
 def _passthrough(args: argparse.Namespace) -> list[str]:
     return [f"--batch={args.batch}", f"--turns={args.turns}", f"--new-tokens={args.new_tokens}",
-            f"--micro-batch={args.micro_batch}", f"--steps={args.steps}", f"--threads={args.threads}"]
+            f"--micro-batch={args.micro_batch}", f"--steps={args.steps}", f"--threads={args.threads}",
+            *(["--gradient-checkpointing"] if args.gradient_checkpointing else [])]
 
 
 def main() -> None:
@@ -147,6 +150,8 @@ def main() -> None:
     parser.add_argument("--micro-batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="recompute activations in both learners (model.gradient_checkpointing)")
     parser.add_argument("--child", nargs=3, metavar=("MODEL", "ALGO", "BATCH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -169,7 +174,8 @@ def main() -> None:
             "memory_ratio": sapo["peak_training_mb"] / max(ppo["peak_training_mb"], 1e-9),
         }
         print("SAPO / PPO: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
-    print("RESULT " + " ".join(f"{k}={v:.3f}" for k, v in ratios.items()) + f" model={args.models.split(',')[-1]}")
+    print("RESULT " + " ".join(f"{k}={v:.3f}" for k, v in ratios.items()) + f" model={args.models.split(',')[-1]}"
+          f" gradient_checkpointing={int(args.gradient_checkpointing)}")
 
 
 if __name__ == "__main__":

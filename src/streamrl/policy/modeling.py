@@ -21,6 +21,20 @@ def decoder_and_head(model: Any) -> tuple[Any, Any]:
     return base.get_decoder(), base.get_output_embeddings()
 
 
+def enable_gradient_checkpointing(model: Any) -> None:
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them:
+    training memory no longer grows with layers x tokens, at the price of a second forward.
+    Only active in training mode with gradients on, so no-grad scoring and generation are unaffected."""
+    base = model.get_base_model() if is_peft_model(model) else model
+    if not getattr(base, "supports_gradient_checkpointing", False):
+        raise ValueError(f"model.gradient_checkpointing: {type(base).__name__} does not support it")
+    kwargs = {"use_reentrant": False}
+    if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5.2x renamed it
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 def cache_argument(decoder: Any) -> str:
     """The decoder's keyword for the KV cache (``cache`` in transformers >= 5.2x, else ``past_key_values``)."""
     parameters = inspect.signature(decoder.forward).parameters

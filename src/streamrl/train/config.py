@@ -175,6 +175,9 @@ class ModelConfig(Section):
     overrides: dict[str, Any] = {}
     #: start from these weights (an SFT output or checkpoint model folder) instead of the spec's
     init_from: str | None = None
+    #: recompute activations in the backward pass (policy and PPO's critic): far less training
+    #: memory for about one more forward pass of learner time
+    gradient_checkpointing: bool = False
 
 
 class EnvConfig(Section):

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from streamrl.algos import aggregate, kl_estimate, ppo_policy_loss, tis_weights
+from streamrl.policy.modeling import enable_gradient_checkpointing
 from streamrl.policy.scoring import ScoreOutput, forward_for_loss, score
 from streamrl.rollout import PromptSource, Trajectory, UniformPromptSource
 from streamrl.train.batch import Batch, collate, micro_batches, shaped_turn_rewards
@@ -72,6 +73,8 @@ class Learner:
         self.policy = policy
         self.reference = reference
         self.model = policy.model
+        if config.model.gradient_checkpointing:
+            enable_gradient_checkpointing(self.model)
         self.optimizer = torch.optim.AdamW(
             policy.trainable_parameters(),
             lr=config.optim.lr,

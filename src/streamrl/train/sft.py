@@ -24,6 +24,7 @@ import torch
 
 from streamrl.envs import Env, StepResult, make
 from streamrl.policy.api import GenerationRequest, GenerationResult
+from streamrl.policy.modeling import enable_gradient_checkpointing
 from streamrl.policy.scoring import forward_for_loss
 from streamrl.rollout import Trajectory
 from streamrl.train.batch import collate, micro_batches
@@ -181,6 +182,8 @@ def behaviour_cloning(config: Config, policy: Any, demos: list[Trajectory], log:
     if not demos:
         raise ValueError("SFT: no usable demonstrations (did every demonstration fail?)")
     model = policy.model
+    if config.model.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=sft.lr, weight_decay=optim.weight_decay)
     rng = random.Random(config.train.seed)
     step, metrics = 0, {}

@@ -13,7 +13,7 @@ import copy
 import torch
 
 from streamrl.algos import advantage_stats, token_measure_whiten, turn_gae_batched, turn_normalize, value_loss
-from streamrl.policy.modeling import decoder_and_head, position_ids_from_mask
+from streamrl.policy.modeling import decoder_and_head, enable_gradient_checkpointing, position_ids_from_mask
 from streamrl.rollout import Trajectory
 from streamrl.train.batch import Batch, micro_batches
 from streamrl.train.learner import Learner, Prepared, Probe
@@ -47,6 +47,8 @@ class PPOLearner(Learner):
     def __init__(self, config, policy, reference=None, reward_range=(0.0, 1.0)):
         super().__init__(config, policy, reference, reward_range)
         self.critic = Critic(policy)
+        if config.model.gradient_checkpointing:
+            enable_gradient_checkpointing(self.critic.decoder)
         self.critic_optimizer = torch.optim.AdamW(
             self.critic.parameters(), lr=self.algo.critic_lr, betas=tuple(config.optim.betas),
             weight_decay=config.optim.weight_decay,

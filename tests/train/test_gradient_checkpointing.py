@@ -1,0 +1,61 @@
+"""``model.gradient_checkpointing`` changes memory, not mathematics: a PPO step (actor and separate
+critic) lands on the same weights with and without it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from streamrl.envs import make
+from streamrl.policy.engine import HFEngine
+from streamrl.policy.loading import load_policy
+from streamrl.rollout.evaluate import run_episodes
+from streamrl.train.algorithms import make_learner
+from streamrl.train.evaluate import episode_runner, episode_settings
+
+
+def _rollouts(config, policy):
+    async def run():
+        engine = HFEngine.from_policy(policy, seed=1)
+        try:
+            return await run_episodes(episode_runner(config, engine, policy, episode_settings(config)),
+                                      lambda: make("coin"), [f"train/{i}" for i in range(8)], concurrency=8)
+        finally:
+            await engine.close()
+
+    return asyncio.run(run())
+
+
+def _step(config, trajectories):
+    torch.manual_seed(0)
+    policy = load_policy("tiny", model_overrides=config.model.overrides, seed=0)
+    learner = make_learner(config, policy)
+    metrics = learner.step(trajectories)
+    return policy, learner, metrics
+
+
+def test_checkpointed_step_equals_plain_step(coin_config):
+    plain = coin_config("ppo", "optim.lr=3e-3", "train.batch_size=8")
+    trajectories = _rollouts(plain, load_policy("tiny", model_overrides=plain.model.overrides, seed=0))
+    outcomes = [t.outcome for t in trajectories]
+    assert 0 < sum(outcomes) < len(outcomes), "need both successes and failures"
+    policy_a, learner_a, metrics_a = _step(plain, trajectories)
+    checkpointed = coin_config("ppo", "optim.lr=3e-3", "train.batch_size=8", "model.gradient_checkpointing=true")
+    policy_b, learner_b, metrics_b = _step(checkpointed, trajectories)
+    assert any(getattr(m, "gradient_checkpointing", False) for m in policy_b.model.modules())
+    assert any(getattr(m, "gradient_checkpointing", False) for m in learner_b.critic.modules())
+    for a, b in zip(policy_a.model.parameters(), policy_b.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(learner_a.critic.parameters(), learner_b.critic.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    moved = load_policy("tiny", model_overrides=plain.model.overrides, seed=0)
+    assert any(not torch.equal(a, b) for a, b in zip(moved.model.parameters(), policy_b.model.parameters()))
+
+
+def test_unsupported_model_is_named():
+    from streamrl.policy.modeling import enable_gradient_checkpointing
+
+    with pytest.raises(ValueError, match="model.gradient_checkpointing"):
+        enable_gradient_checkpointing(torch.nn.Linear(2, 2))
