@@ -15,10 +15,6 @@ from streamrl.train.config import load_config
 class CoinEnv(Env):
     spec = EnvSpec(name="coin", max_steps=3, splits={"train": None, "test": 16}, eval_split="test")
 
-    def task_ids(self, split: str, limit: int | None = None) -> list[str]:
-        count = limit if split == "train" else min(16, limit or 16)
-        return [f"{split}/{i}" for i in range(count)]
-
     def reset(self, seed=None, task_id=None, options=None):
         self.task_id = task_id or f"train/{seed or 0}"
         self.rng = random.Random(f"{self.task_id}:{seed}")

@@ -125,8 +125,16 @@ class Env(ABC):
     def step(self, action: str) -> StepResult: ...
 
     def task_ids(self, split: str, limit: int | None = None) -> list[str]:
-        """Deterministic task ids of ``split`` (the first ``limit`` of an unbounded split)."""
-        raise NotImplementedError(f"{type(self).__name__} does not enumerate task ids")
+        """Deterministic task ids of ``split``, ``"<split>/<i>"`` for ``i`` below the split's size in
+        ``spec.splits`` (an unbounded split, size None, needs ``limit``); at most ``limit`` of them."""
+        name, splits = self.spec.name, self.spec.splits
+        if split not in splits:
+            raise ValueError(f"{name}: unknown split {split!r} (known: {', '.join(splits)})")
+        size = splits[split]
+        if size is None and limit is None:
+            raise ValueError(f"{name}: split {split!r} is unbounded; pass a limit")
+        count = size if limit is None else limit if size is None else min(size, limit)
+        return [f"{split}/{i}" for i in range(count)]
 
     def admissible_actions(self) -> list[str] | None:
         return None

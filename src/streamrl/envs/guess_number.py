@@ -63,15 +63,6 @@ class GuessNumberEnv(Env):
         self._task_id: str | None = None
         self._done = True
 
-    def task_ids(self, split: str, limit: int | None = None) -> list[str]:
-        if split not in self.spec.splits:
-            raise ValueError(f"guess_number: unknown split {split!r} (known: {', '.join(self.spec.splits)})")
-        size = self.spec.splits[split]
-        if size is None and limit is None:
-            raise ValueError(f"guess_number: split {split!r} is unbounded; pass a limit")
-        count = size if limit is None else limit if size is None else min(size, limit)
-        return [f"{split}/{i}" for i in range(count)]
-
     def reset(
         self,
         seed: int | None = None,

@@ -78,15 +78,6 @@ class AlfworldLiteEnv(Env):
 
     # -- the Env contract ------------------------------------------------------------------------
 
-    def task_ids(self, split: str, limit: int | None = None) -> list[str]:
-        if split not in SPLITS:
-            raise ValueError(f"alfworld_lite: unknown split {split!r} (known: {', '.join(SPLITS)})")
-        size = SPLITS[split]
-        if size is None and limit is None:
-            raise ValueError(f"alfworld_lite: split {split!r} is unbounded; pass a limit")
-        count = size if limit is None else limit if size is None else min(size, limit)
-        return [f"{split}/{i}" for i in range(count)]
-
     def reset(
         self,
         seed: int | None = None,
