@@ -42,7 +42,9 @@ def test_report_statistics_on_known_curves(tmp_path):
     assert pair["ci_high"] - pair["mean"] == pytest.approx(4.302653 * 10 / 3**0.5, rel=1e-4)
     assert report["pairs"][0]["final_points"]["mean"] == pytest.approx(100 * 0.5 - 10, rel=1e-6)
     assert (tmp_path / "curves.png").stat().st_size > 0
-    assert "| a − b | 3 | +40.0 ± 10.0 |" in (tmp_path / "report.md").read_text()
+    # held-out success after training: 100 against 0, 10, 20 points
+    assert report["pairs"][0]["held_out_points"]["mean"] == pytest.approx(90.0)
+    assert "| a − b | 3 | +40.0 ± 10.0 [+15.2, +64.8] |" in (tmp_path / "report.md").read_text()
 
 
 def test_finished_runs_are_not_rerun_and_interrupted_ones_resume(tmp_path, monkeypatch):

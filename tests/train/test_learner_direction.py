@@ -47,5 +47,7 @@ def test_spo_plus_plus_step_follows_the_advantage_sign(coin_config):
     assert 0 < outcomes.sum() < len(outcomes), "need both successes and failures"
     won, lost = outcomes > 0.5, outcomes < 0.5
     assert metrics["trajectories_in_loss"] == 8
+    # the engine generated with the very weights the learner scores with: no behaviour drift
+    assert 0.0 <= metrics["behaviour_kl"] < 1e-4
     assert bool((after[won] > before[won]).all()), (before, after, outcomes)
     assert bool((after[lost] < before[lost]).all()), (before, after, outcomes)

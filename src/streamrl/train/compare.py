@@ -39,7 +39,7 @@ from streamrl.algos import final_reward, interpolate, learning_auc, paired_diffe
 from streamrl.train.config import ALGORITHMS, ConfigError, format_validation_error, load_config
 from streamrl.train.loggers import read_metrics
 
-DIAGNOSTICS = ("ppo_kl", "clip_frac", "grad_norm", "entropy")
+DIAGNOSTICS = ("ppo_kl", "clip_frac", "behaviour_kl", "grad_norm", "entropy")
 
 
 class Arm(BaseModel):
@@ -196,7 +196,11 @@ def write_comparison_report(spec: CompareConfig, out: Path, runs: list[tuple[str
         seeds = [s for s in spec.seeds if s in stats[a] and s in stats[b]]
         auc = paired_difference([100 * stats[a][s]["auc"] for s in seeds], [100 * stats[b][s]["auc"] for s in seeds])
         final = paired_difference([100 * stats[a][s]["final"] for s in seeds], [100 * stats[b][s]["final"] for s in seeds])
-        pairs.append({"a": a, "b": b, "n": auc.n, "auc_points": auc._asdict(), "final_points": final._asdict()})
+        pair = {"a": a, "b": b, "n": auc.n, "auc_points": auc._asdict(), "final_points": final._asdict()}
+        held_out = [(stats[a][s]["eval_after"], stats[b][s]["eval_after"]) for s in seeds]
+        if held_out and all(x is not None and y is not None for x, y in held_out):
+            pair["held_out_points"] = paired_difference([100 * x for x, _ in held_out], [100 * y for _, y in held_out])._asdict()
+        pairs.append(pair)
 
     report = {"name": spec.name, "seeds": spec.seeds, "arms": arms, "pairs": pairs, "runs": stats, "config": spec.model_dump()}
     (out / "report.json").write_text(json.dumps(report, indent=2))
@@ -214,6 +218,12 @@ def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
     return "-" if value is None else f"{scale * value:.{digits}f}"
 
 
+def _difference(d: dict[str, float] | None) -> str:
+    if d is None:
+        return "-"
+    return f"{d['mean']:+.1f} ± {d['sd']:.1f} [{d['ci_low']:+.1f}, {d['ci_high']:+.1f}]"
+
+
 def _markdown(spec: CompareConfig, arms: dict[str, dict], pairs: list[dict]) -> str:
     lines = [
         f"# Comparison: {spec.name}",
@@ -221,25 +231,22 @@ def _markdown(spec: CompareConfig, arms: dict[str, dict], pairs: list[dict]) -> 
         f"Seeds {spec.seeds}; learning curve = training `{spec.metric}` against `{spec.x_axis}`; AUC is the "
         "normalised-progress trapezoid (algorithms.md s1.7), in points (x100); final = mean of the last 5 points.",
         "",
-        "| arm | AUC (mean ± sd) | final | held-out success after | PPO-KL | clip frac | grad norm |",
-        "|---|---|---|---|---|---|---|",
+        "| arm | AUC (mean ± sd) | final | held-out success after | PPO-KL | clip frac | behaviour KL | grad norm |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, row in arms.items():
         lines.append(
             f"| {name} | {100 * row['auc_mean']:.1f} ± {100 * row['auc_sd']:.1f} | {_fmt(row['final_mean'], 100)} | "
             f"{_fmt(row['eval_after_mean'], 100)} | {_fmt(row['ppo_kl'], 1, 4)} | {_fmt(row['clip_frac'], 1, 4)} | "
-            f"{_fmt(row['grad_norm'], 1, 3)} |"
+            f"{_fmt(row['behaviour_kl'], 1, 4)} | {_fmt(row['grad_norm'], 1, 3)} |"
         )
     if pairs:
         lines += ["", "Paired differences (a − b, per seed), points:", "",
-                  "| a − b | n | AUC mean ± sd | AUC 95% CI | final mean ± sd | final 95% CI |", "|---|---|---|---|---|---|"]
+                  "| a − b | n | AUC mean ± sd [95% CI] | final mean ± sd [95% CI] | held-out after mean ± sd [95% CI] |",
+                  "|---|---|---|---|---|"]
         for p in pairs:
-            auc, final = p["auc_points"], p["final_points"]
-            lines.append(
-                f"| {p['a']} − {p['b']} | {p['n']} | {auc['mean']:+.1f} ± {auc['sd']:.1f} | "
-                f"[{auc['ci_low']:+.1f}, {auc['ci_high']:+.1f}] | {final['mean']:+.1f} ± {final['sd']:.1f} | "
-                f"[{final['ci_low']:+.1f}, {final['ci_high']:+.1f}] |"
-            )
+            cells = [_difference(p.get(key)) for key in ("auc_points", "final_points", "held_out_points")]
+            lines.append(f"| {p['a']} − {p['b']} | {p['n']} | " + " | ".join(cells) + " |")
     lines += ["", "![learning curves](curves.png)", ""]
     return "\n".join(lines)
 

@@ -228,6 +228,10 @@ class Learner:
                     old_logp = logp.detach() if old is None else _cut(old.logprobs, rows, logp)
                     if probe is None:
                         probe = Probe(micro.tensors, logp.detach())
+                    # how far the trainer's policy has moved from the one that generated the tokens
+                    # (staleness plus engine/trainer numerics): KL(pi_rollout || pi_old), k3
+                    behaviour_kl = kl_estimate(micro.tensors["rollout_logprobs"], old_logp, "k3")
+                    weighted["behaviour_kl"] = weighted.get("behaviour_kl", 0.0) + float(behaviour_kl[mask].sum())
                     tis = None
                     if algo.tis_cap is not None:
                         tis = tis_weights(old_logp, micro.tensors["rollout_logprobs"], algo.tis_cap)
