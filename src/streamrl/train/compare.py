@@ -39,7 +39,9 @@ from streamrl.algos import final_reward, interpolate, learning_auc, paired_diffe
 from streamrl.train.config import ALGORITHMS, ConfigError, format_validation_error, load_config
 from streamrl.train.loggers import read_metrics
 
-DIAGNOSTICS = ("ppo_kl", "clip_frac", "behaviour_kl", "grad_norm", "entropy")
+#: run means of these training metrics appear per arm (the last two show a policy drifting off format
+#: and the net push of the advantages, sum L_i A_i / sum L_i, which N_tok makes exactly 0)
+DIAGNOSTICS = ("ppo_kl", "clip_frac", "behaviour_kl", "grad_norm", "entropy", "format_invalid_frac", "token_weighted_adv_mean")
 
 
 class Arm(BaseModel):
@@ -231,14 +233,16 @@ def _markdown(spec: CompareConfig, arms: dict[str, dict], pairs: list[dict]) -> 
         f"Seeds {spec.seeds}; learning curve = training `{spec.metric}` against `{spec.x_axis}`; AUC is the "
         "normalised-progress trapezoid (algorithms.md s1.7), in points (x100); final = mean of the last 5 points.",
         "",
-        "| arm | AUC (mean ± sd) | final | held-out success after | PPO-KL | clip frac | behaviour KL | grad norm |",
-        "|---|---|---|---|---|---|---|---|",
+        "| arm | AUC (mean ± sd) | final | held-out success after | PPO-KL | clip frac | behaviour KL | grad norm "
+        "| invalid format | token-weighted Â |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, row in arms.items():
         lines.append(
             f"| {name} | {100 * row['auc_mean']:.1f} ± {100 * row['auc_sd']:.1f} | {_fmt(row['final_mean'], 100)} | "
             f"{_fmt(row['eval_after_mean'], 100)} | {_fmt(row['ppo_kl'], 1, 4)} | {_fmt(row['clip_frac'], 1, 4)} | "
-            f"{_fmt(row['behaviour_kl'], 1, 4)} | {_fmt(row['grad_norm'], 1, 3)} |"
+            f"{_fmt(row['behaviour_kl'], 1, 4)} | {_fmt(row['grad_norm'], 1, 3)} | "
+            f"{_fmt(row['format_invalid_frac'], 1, 3)} | {_fmt(row['token_weighted_adv_mean'], 1, 3)} |"
         )
     if pairs:
         lines += ["", "Paired differences (a − b, per seed), points:", "",
