@@ -31,8 +31,12 @@ def test_report_statistics_on_known_curves(tmp_path):
         _fake_run(tmp_path / f"a{seed}", [0, 10, 20], [0.0, 0.5, 1.0])  # ramp: AUC 0.5
         _fake_run(tmp_path / f"b{seed}", [0, 5, 20], [offset] * 3)  # constant: AUC = offset
         runs += [("a", seed, tmp_path / f"a{seed}"), ("b", seed, tmp_path / f"b{seed}")]
+    for seed in spec.seeds:  # the shared warm starts' held-out success: the "before" of every arm
+        (tmp_path / "warm_start" / f"seed_{seed}").mkdir(parents=True)
+        (tmp_path / "warm_start" / f"seed_{seed}" / "eval.json").write_text(json.dumps({"success": 0.1 * seed}))
     write_comparison_report(spec, tmp_path, runs)
     report = json.loads((tmp_path / "report.json").read_text())
+    assert report["arms"]["a"]["eval_before_mean"] == pytest.approx(0.1)
     assert report["arms"]["a"]["auc_mean"] == pytest.approx(0.5)
     assert report["arms"]["b"]["auc_mean"] == pytest.approx(0.1)
     pair = report["pairs"][0]["auc_points"]
@@ -55,16 +59,23 @@ def test_finished_runs_are_not_rerun_and_interrupted_ones_resume(tmp_path, monke
     (runs[0][3]).mkdir(parents=True)
     (runs[0][3] / "summary.json").write_text("{}")  # arm a finished
     (runs[1][3] / "checkpoints").mkdir(parents=True)  # arm b was interrupted
-    (warm[0][2] / "sft_model").mkdir(parents=True)
-    (warm[0][2] / "sft_model" / "config.json").write_text("{}")  # warm start done
+    warm_folder = warm[0][3]
+    (warm_folder / "sft_model").mkdir(parents=True)
+    (warm_folder / "sft_model" / "config.json").write_text("{}")  # warm start trained, not yet evaluated
     calls = []
     monkeypatch.setattr(compare, "_run", lambda command, log: calls.append(command))
     monkeypatch.setattr(compare, "write_comparison_report", lambda spec, out, runs: out / "report.md")
     config = tmp_path / "c.yaml"
     config.write_text(json.dumps(spec.model_dump(mode="json")))
     compare.run_comparison(config, out=tmp_path)
-    assert len(calls) == 1
-    assert "--resume" in calls[0] and "spo" in calls[0]
+    assert len(calls) == 2
+    assert calls[0][3] == "eval" and str(warm_folder / "eval.json") in calls[0]
+    assert "--resume" in calls[1] and "spo" in calls[1]
+    (warm_folder / "eval.json").write_text('{"success": 0.25}')
+    (runs[1][3] / "summary.json").write_text("{}")
+    calls.clear()
+    compare.run_comparison(config, out=tmp_path)
+    assert calls == []  # everything done: only the report is rewritten
 
 
 def test_bad_comparison_files_are_reported(tmp_path):

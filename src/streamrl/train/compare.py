@@ -108,8 +108,12 @@ def _run(command: list[str], log: Path) -> None:
         raise RuntimeError(f"{' '.join(command[3:5])} failed (exit {result.returncode}); see {log}")
 
 
-def plan_runs(spec: CompareConfig, out: Path) -> tuple[list[tuple[int, list[str], Path]], list[tuple[str, int, list[str], Path]]]:
-    """The SFT warm starts (per seed) and the arm runs (per arm and seed) as commands."""
+WarmStart = tuple[int, list[str], list[str], Path]
+
+
+def plan_runs(spec: CompareConfig, out: Path) -> tuple[list[WarmStart], list[tuple[str, int, list[str], Path]]]:
+    """The SFT warm starts (per seed: the SFT command and the command evaluating its model on the
+    held-out split, the common starting point of every arm) and the arm runs, as commands."""
     configs = [arg for path in spec.base for arg in ("--config", path)]
     warm, runs = [], []
     for seed in spec.seeds:
@@ -117,7 +121,8 @@ def plan_runs(spec: CompareConfig, out: Path) -> tuple[list[tuple[int, list[str]
         init: list[str] = []
         if spec.shared_warm_start:
             folder = out / "warm_start" / f"seed_{seed}"
-            warm.append((seed, ["sft", *configs, "--out", str(folder), *seed_args], folder))
+            evaluation = ["eval", *configs, "--model", str(folder / "sft_model"), "--json", str(folder / "eval.json"), *seed_args]
+            warm.append((seed, ["sft", *configs, "--out", str(folder), *seed_args], evaluation, folder))
             init = [f"model.init_from={folder / 'sft_model'}", "sft.demos=0"]
         for name, arm in spec.arms.items():
             folder = out / "runs" / _slug(name) / f"seed_{seed}"
@@ -137,10 +142,12 @@ def run_comparison(path: str | Path | None, out: str | Path | None = None, overr
         load_config(spec.base, [*spec.overrides, *arm.overrides], algo=arm.algo)
     warm, runs = plan_runs(spec, out)
 
-    def do_warm(item: tuple[int, list[str], Path]) -> None:
-        seed, command, folder = item
+    def do_warm(item: WarmStart) -> None:
+        seed, command, evaluation, folder = item
         if not (folder / "sft_model" / "config.json").is_file():
             _run(_command(*command), folder / "log.txt")
+        if not (folder / "eval.json").is_file():
+            _run(_command(*evaluation), folder / "log.txt")
 
     def do_run(item: tuple[str, int, list[str], Path]) -> None:
         name, seed, command, folder = item
@@ -155,6 +162,12 @@ def run_comparison(path: str | Path | None, out: str | Path | None = None, overr
         list(pool.map(do_warm, warm))
         list(pool.map(do_run, runs))
     return write_comparison_report(spec, out, [(name, seed, folder) for name, seed, _, folder in runs])
+
+
+def _warm_start_success(out: Path, seed: int) -> float | None:
+    """Held-out success of a seed's shared warm start (written by its evaluation), if any."""
+    path = out / "warm_start" / f"seed_{seed}" / "eval.json"
+    return json.loads(path.read_text())["success"] if path.is_file() else None
 
 
 def run_statistics(folder: Path, spec: CompareConfig) -> dict[str, Any]:
@@ -180,6 +193,8 @@ def write_comparison_report(spec: CompareConfig, out: Path, runs: list[tuple[str
     stats: dict[str, dict[int, dict[str, Any]]] = {name: {} for name in spec.arms}
     for name, seed, folder in runs:
         stats[name][seed] = run_statistics(folder, spec)
+        if stats[name][seed]["eval_before"] is None:
+            stats[name][seed]["eval_before"] = _warm_start_success(out, seed)
 
     arms = {}
     for name, by_seed in stats.items():
@@ -188,6 +203,7 @@ def write_comparison_report(spec: CompareConfig, out: Path, runs: list[tuple[str
             "auc_mean": float(np.mean(aucs)),
             "auc_sd": float(np.std(aucs, ddof=1)) if len(aucs) > 1 else 0.0,
             "final_mean": float(np.mean([s["final"] for s in by_seed.values()])),
+            "eval_before_mean": _mean([s["eval_before"] for s in by_seed.values()]),
             "eval_after_mean": _mean([s["eval_after"] for s in by_seed.values()]),
         }
         for key in DIAGNOSTICS:
@@ -233,14 +249,14 @@ def _markdown(spec: CompareConfig, arms: dict[str, dict], pairs: list[dict]) -> 
         f"Seeds {spec.seeds}; learning curve = training `{spec.metric}` against `{spec.x_axis}`; AUC is the "
         "normalised-progress trapezoid (algorithms.md s1.7), in points (x100); final = mean of the last 5 points.",
         "",
-        "| arm | AUC (mean ± sd) | final | held-out success after | PPO-KL | clip frac | behaviour KL | grad norm "
+        "| arm | AUC (mean ± sd) | final | held-out success before → after | PPO-KL | clip frac | behaviour KL | grad norm "
         "| invalid format | token-weighted Â |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, row in arms.items():
         lines.append(
             f"| {name} | {100 * row['auc_mean']:.1f} ± {100 * row['auc_sd']:.1f} | {_fmt(row['final_mean'], 100)} | "
-            f"{_fmt(row['eval_after_mean'], 100)} | {_fmt(row['ppo_kl'], 1, 4)} | {_fmt(row['clip_frac'], 1, 4)} | "
+            f"{_fmt(row['eval_before_mean'], 100)} → {_fmt(row['eval_after_mean'], 100)} | {_fmt(row['ppo_kl'], 1, 4)} | {_fmt(row['clip_frac'], 1, 4)} | "
             f"{_fmt(row['behaviour_kl'], 1, 4)} | {_fmt(row['grad_norm'], 1, 3)} | "
             f"{_fmt(row['format_invalid_frac'], 1, 3)} | {_fmt(row['token_weighted_adv_mean'], 1, 3)} |"
         )
