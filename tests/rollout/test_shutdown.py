@@ -52,6 +52,8 @@ def test_keyboard_interrupt_shuts_the_rollout_down_cleanly(tmp_path):
     script = textwrap.dedent(
         """
         import asyncio, os, signal, sys, threading
+        # a shell starting us in the background may have set SIGINT to "ignore": restore Ctrl-C
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.path.insert(0, {tests!r})
         from rollout.rollout_toys import ScriptedEngine, make_rollout, ok_policy, env_threads
 
