@@ -212,12 +212,11 @@ def write_comparison_report(spec: CompareConfig, out: Path, runs: list[tuple[str
     pairs = []
     for a, b in spec.pairs:
         seeds = [s for s in spec.seeds if s in stats[a] and s in stats[b]]
-        auc = paired_difference([100 * stats[a][s]["auc"] for s in seeds], [100 * stats[b][s]["auc"] for s in seeds])
-        final = paired_difference([100 * stats[a][s]["final"] for s in seeds], [100 * stats[b][s]["final"] for s in seeds])
-        pair = {"a": a, "b": b, "n": auc.n, "auc_points": auc._asdict(), "final_points": final._asdict()}
-        held_out = [(stats[a][s]["eval_after"], stats[b][s]["eval_after"]) for s in seeds]
-        if held_out and all(x is not None and y is not None for x, y in held_out):
-            pair["held_out_points"] = paired_difference([100 * x for x, _ in held_out], [100 * y for _, y in held_out])._asdict()
+        pair: dict[str, Any] = {"a": a, "b": b, "n": len(seeds)}
+        for key, field in (("auc", "auc_points"), ("final", "final_points"), ("eval_after", "held_out_points")):
+            values = [(stats[a][s][key], stats[b][s][key]) for s in seeds]
+            if all(x is not None and y is not None for x, y in values):  # held-out needs both evaluated
+                pair[field] = paired_difference([100 * x for x, _ in values], [100 * y for _, y in values])._asdict()
         pairs.append(pair)
 
     report = {"name": spec.name, "seeds": spec.seeds, "arms": arms, "pairs": pairs, "runs": stats, "config": spec.model_dump()}

@@ -17,9 +17,9 @@ import torch
 from streamrl.envs import make, make_parser, make_prompt_builder
 from streamrl.policy.engine import HFEngine
 from streamrl.rollout import Rollout, RolloutSettings
+from streamrl.rollout.evaluate import run_episodes
 from streamrl.train.algorithms import make_learner
 from streamrl.train.config import Config
-from streamrl.rollout.evaluate import run_episodes
 from streamrl.train.evaluate import episode_runner, episode_settings, evaluate
 from streamrl.train.progress import Progress
 from streamrl.train.report import write_report
