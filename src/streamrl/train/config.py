@@ -257,6 +257,10 @@ class LoggingConfig(Section):
     tensorboard: bool = True
     wandb_project: str | None = None
     mlflow_experiment: str | None = None
+    #: learner steps between training transcripts in samples.jsonl (0: none; evaluations always write theirs)
+    samples_every: int = Field(10, ge=0)
+    #: trajectories written each time, successes and failures alternated
+    samples_per_step: int = Field(4, ge=1)
 
 
 class Config(Section):

@@ -23,6 +23,8 @@ class EvalResult:
     mean_turns: float = 0.0
     format_invalid_frac: float = 0.0
     crashed: int = 0
+    #: every episode played, for transcripts (not a metric)
+    trajectories: list[Trajectory] = field(default_factory=list, repr=False)
 
     def metrics(self) -> dict[str, Any]:
         flat: dict[str, Any] = {
@@ -53,6 +55,7 @@ def summarise(trajectories: list[Trajectory], split: str, version: int) -> EvalR
         mean_turns=turns / max(len(trajectories), 1),
         format_invalid_frac=sum(sum(t.invalid_flags) for t in trajectories) / max(turns, 1),
         crashed=sum(t.outcome is None for t in trajectories),
+        trajectories=trajectories,
     )
 
 

@@ -83,6 +83,8 @@ class Learner:
         )
         self.temperature = config.rollout.temperature
         self.steps_done = 0
+        #: the last step's per-turn advantages by request id (trajectories in its loss only)
+        self.last_advantages: dict[str, list[float]] = {}
 
     # -- what algorithms override ---------------------------------------------------------------
 
@@ -159,8 +161,10 @@ class Learner:
         """One learner step. Metrics include the time of each phase (``time_*_s``): scoring with
         the proximal policy (``score_old``, which also reads SAPO's V/Q), with the reference
         (``score_ref``), advantage preparation (``prepare``: PPO's critic values), the actor update,
-        and ``finish`` (tracker updates, PPO's critic update)."""
+        and ``finish`` (tracker updates, PPO's critic update). Afterwards ``last_advantages``
+        holds the advantage of every turn of every trajectory in the loss (empty when skipped)."""
         clock = _PhaseClock()
+        self.last_advantages = {}
         metrics = self.observe(trajectories)
         usable = [t for t in trajectories if t.outcome is not None and t.turns and not t.excluded_from_loss]
         metrics.update(_delivery_metrics(trajectories, usable))
@@ -185,6 +189,7 @@ class Learner:
         clock.lap("score_ref")
         prepared = self.prepare(batch, old)
         metrics.update(prepared.metrics)
+        self.last_advantages = _advantages_by_request(batch, prepared.turn_advantages)
         clock.lap("prepare")
         update_metrics, probe = self._update(batch, prepared, old, ref)
         metrics.update(update_metrics)
@@ -357,6 +362,11 @@ def _broadcast(turn_values: torch.Tensor, token_turn: torch.Tensor) -> torch.Ten
     """``[M]`` per turn -> ``[N, S]`` per action token (0 elsewhere)."""
     padded = torch.cat([turn_values.to(torch.float64), turn_values.new_zeros(1, dtype=torch.float64)])
     return padded[token_turn]  # token_turn -1 picks the trailing zero
+
+
+def _advantages_by_request(batch: Batch, turn_advantages: torch.Tensor) -> dict[str, list[float]]:
+    values, offsets = turn_advantages.tolist(), batch.turns.offsets.tolist()
+    return {t.request_id: values[offsets[i] : offsets[i + 1]] for i, t in enumerate(batch.trajectories)}
 
 
 def _cut(full: torch.Tensor, rows: list[int], like: torch.Tensor) -> torch.Tensor:

@@ -24,6 +24,7 @@ from streamrl.train.evaluate import episode_runner, episode_settings, evaluate
 from streamrl.train.progress import Progress
 from streamrl.train.report import write_report
 from streamrl.train.run import RunState, Workspace, load_run_policy
+from streamrl.train.samples import mixed_selection
 from streamrl.train.sft import behaviour_cloning, collect_demonstrations
 
 
@@ -33,6 +34,7 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ec
     state = ws.restore() if resume else None
     policy = load_run_policy(config, state)
     logger = ws.logger(state)
+    samples = ws.sample_log(state)
     summary: dict[str, Any] = {"out_dir": str(ws.root)}
 
     learner_threads, engine_threads = thread_split(config)
@@ -55,9 +57,14 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ec
         await offline_prior(config, learner, engine, policy, pool)
         echo(f"offline prior: {config.algo.offline_samples} rollouts for each of {len(pool)} prompts")
 
+    async def evaluate_and_log(tag: str) -> dict[str, Any]:
+        result = await evaluate(config, engine, policy, tag=tag)
+        samples.write(result.trajectories, kind="eval", step=run.step, tag=tag)
+        logger.log(run.step, result.metrics(), "eval")
+        return result.metrics()
+
     if state is None and config.train.eval_at_start:
-        summary["eval_before"] = (await evaluate(config, engine, policy, tag="eval-v0")).metrics()
-        logger.log(run.step, summary["eval_before"], "eval")
+        summary["eval_before"] = await evaluate_and_log("eval-v0")
         echo(f"eval before RL: success {summary['eval_before']['success']:.3f}")
 
     rollout = Rollout(
@@ -88,18 +95,21 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ec
                 metrics.update(run.metrics(), **_rollout_metrics(rollout.stats()))
                 logger.log(run.step, metrics)
                 progress.update(run.step, metrics)
+                if config.logging.samples_every and run.step % config.logging.samples_every == 0:
+                    chosen = mixed_selection(batch, config.logging.samples_per_step)
+                    samples.write(chosen, kind="train", step=run.step, advantages=learner.last_advantages)
                 if config.train.eval_every and run.step % config.train.eval_every == 0 and run.step < config.train.steps:
-                    logger.log(run.step, (await evaluate(config, engine, policy, tag=f"eval-v{run.version}")).metrics(), "eval")
+                    await evaluate_and_log(f"eval-v{run.version}")
                 if config.train.checkpoint_every and run.step % config.train.checkpoint_every == 0:
                     ws.save(run, policy, learner, rollout, logger)
             ws.save(run, policy, learner, rollout, logger)
         progress.close()
-        summary["eval_after"] = (await evaluate(config, engine, policy, tag=f"eval-v{run.version}-final")).metrics()
-        logger.log(run.step, summary["eval_after"], "eval")
+        summary["eval_after"] = await evaluate_and_log(f"eval-v{run.version}-final")
     finally:
         progress.close()
         await engine.close()
         logger.close()
+        samples.close()
     policy.save(ws.root / "final_model")
     summary.update(steps=run.step, trajectories=run.trajectories, report=str(write_report(ws.root, config)))
     ws.write_summary(summary)

@@ -1,13 +1,19 @@
-"""The report folder written at the end of a run: learning curve PNG, evaluation tables, config."""
+"""The report folder written at the end of a run: learning curve PNG, evaluation tables,
+transcripts of the last evaluation, config."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 from streamrl.train.config import Config
 from streamrl.train.loggers import read_metrics
+from streamrl.train.samples import read_samples
+
+#: transcripts of each kind (success, failure) shown in report/samples.md
+SHOWN_PER_KIND = 3
 
 
 def eval_table(records: list[dict]) -> str:
@@ -23,6 +29,47 @@ def eval_table(records: list[dict]) -> str:
     lines.append("| **all** | " + " | ".join(f"**{100 * r['success']:.1f}**" for r in records) + " |")
     lines.append("| episodes | " + " | ".join(str(r["episodes"]) for r in records) + " |")
     return "\n".join(lines) + "\n"
+
+
+def last_evaluation(records: list[dict]) -> list[dict]:
+    """The transcripts of the last evaluation in ``samples.jsonl`` (its tag and step)."""
+    evals = [r for r in records if r["kind"] == "eval"]
+    if not evals:
+        return []
+    last = (evals[-1]["tag"], evals[-1]["step"])
+    return [r for r in evals if (r["tag"], r["step"]) == last]
+
+
+def samples_markdown(records: list[dict]) -> str:
+    """Up to ``SHOWN_PER_KIND`` successes and as many failures, each as a readable transcript."""
+    first = records[0]
+    lines = [f"# Transcripts: {first['tag']} (step {first['step']}, {len(records)} episodes)", ""]
+    for label, won in (("Success", True), ("Failure", False)):
+        chosen = [r for r in records if r["won"] == won][:SHOWN_PER_KIND]
+        if not chosen:
+            lines += [f"_no {label.lower()} in this evaluation_", ""]
+        for record in chosen:
+            body = [record["task"]]
+            for turn in record["turns"]:
+                # every line of the action quoted, so a multi-line action stays apart from the observation
+                action = "\n".join(f"> {line}" for line in turn["action_text"].splitlines() or [""])
+                invalid = "" if turn["format_valid"] else "  [invalid format]"
+                body += ["", action + invalid, turn["observation"], f"reward {turn['reward']:g}"]
+            fence = _fence("\n".join(body))
+            lines += [f"## {label}: {record['task_id']}", "", _episode_summary(record), "", fence + "text", *body, fence, ""]
+    return "\n".join(lines)
+
+
+def _fence(text: str) -> str:
+    """A code fence longer than any backtick run in ``text`` (model actions may hold code blocks)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def _episode_summary(record: dict) -> str:
+    outcome = "none (crashed)" if record["outcome"] is None else f"{record['outcome']:g}"
+    return (f"task type {record['task_type'] or 'unknown'}, outcome {outcome}, {len(record['turns'])} turns, "
+            f"ended: {record['end_reason']}")
 
 
 def plot_learning_curve(train: list[dict], evals: list[dict], path: Path, title: str) -> None:
@@ -63,7 +110,13 @@ def write_report(root: Path, config: Config) -> Path:
     evals = [r for r in metrics if r["kind"] == "eval"]
     title = f"{config.algo.name} on {config.env.name} ({config.model.spec})"
     plot_learning_curve(train, evals, report / "learning_curve.png", title)
-    (report / "eval.md").write_text(f"# Evaluation: {title}\n\n{eval_table(evals)}")
+    eval_md = f"# Evaluation: {title}\n\n{eval_table(evals)}"
+    samples = root / "samples.jsonl"
+    last_eval = last_evaluation(read_samples(samples)) if samples.exists() else []
+    if last_eval:
+        (report / "samples.md").write_text(samples_markdown(last_eval))
+        eval_md += "\nTranscripts: [samples.md](samples.md)\n"
+    (report / "eval.md").write_text(eval_md)
     shutil.copyfile(root / "config.yaml", report / "config.yaml")
     (report / "evaluations.json").write_text(json.dumps(evals, indent=2))
     return report

@@ -5,6 +5,7 @@ Layout of ``out_dir``::
     config.yaml          the validated configuration
     metrics.jsonl        kind=sft|train|eval records (truncated to the checkpoint on resume)
     events.jsonl         rollout dispatch/result/publish events (likewise)
+    samples.jsonl        transcripts of training and evaluation episodes (likewise)
     checkpoints/step_*   policy/, learner.pt (optimiser, critic, RNG), state.json (step, version,
                          trackers, rollout buffer and in-flight requests, log offsets), manifest.json
     sft_model/ reference_model/ final_model/    load_policy()-ready folders
@@ -28,6 +29,7 @@ from streamrl.rollout import Trajectory
 from streamrl.train.checkpoint import latest_valid, save_checkpoint
 from streamrl.train.config import Config, config_to_yaml
 from streamrl.train.loggers import MetricsLogger
+from streamrl.train.samples import SampleLog
 
 
 @dataclass
@@ -74,6 +76,7 @@ class Workspace:
         self.checkpoints = root / "checkpoints"
         self.metrics_path = root / "metrics.jsonl"
         self.events = root / "events.jsonl"
+        self.samples = root / "samples.jsonl"
 
     # -- resume -----------------------------------------------------------------------------------
 
@@ -100,11 +103,11 @@ class Workspace:
 
     def events_path(self, state: dict[str, Any] | None) -> Path:
         """The event log, cut back to what the checkpoint had seen (everything after is redone)."""
-        offset = state["events_offset"] if state else 0
-        if self.events.exists():
-            with self.events.open("r+b") as handle:
-                handle.truncate(offset)
-        return self.events
+        return _cut_back(self.events, state["events_offset"] if state else 0)
+
+    def sample_log(self, state: dict[str, Any] | None) -> SampleLog:
+        """Transcripts, likewise cut back (checkpoints from before transcripts existed keep them all)."""
+        return SampleLog(_cut_back(self.samples, state.get("samples_offset") if state else 0))
 
     def reference(self, config: Config, policy: Any, state: dict[str, Any] | None) -> Any:
         """A frozen copy of the policy as RL starts (kept on disk so a resume uses the same one)."""
@@ -134,6 +137,7 @@ class Workspace:
             "rollout": rollout.state_dict(),
             "metrics_offset": logger.offset(),
             "events_offset": self.events.stat().st_size if self.events.exists() else 0,
+            "samples_offset": self.samples.stat().st_size if self.samples.exists() else 0,
         }
         tensors = {"learner": learner.tensor_state(), "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}
 
@@ -148,3 +152,11 @@ class Workspace:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(summary, indent=2))
         os.replace(tmp, path)
+
+
+def _cut_back(path: Path, offset: int | None) -> Path:
+    """Truncate ``path`` to ``offset`` bytes (``None``: leave it whole)."""
+    if offset is not None and path.exists():
+        with path.open("r+b") as handle:
+            handle.truncate(offset)
+    return path
