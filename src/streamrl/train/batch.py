@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from streamrl.rollout import Trajectory, to_samples
+from streamrl.train.config import RewardConfig
 
 
 @dataclass
@@ -109,19 +110,26 @@ class Batch:
         }
 
 
-def shaped_turn_rewards(trajectory: Trajectory, scale: float, invalid_penalty: float) -> list[float]:
-    """Environment rewards times ``scale``, minus ``invalid_penalty`` on format-invalid turns."""
-    return [turn.reward * scale - (invalid_penalty if not turn.format_valid else 0.0) for turn in trajectory.turns]
+def shaped_turn_rewards(trajectory: Trajectory, reward: RewardConfig) -> list[float]:
+    """Environment rewards times ``reward.scale``, minus ``invalid_format_penalty`` on
+    format-invalid turns and ``ineffective_penalty`` on valid actions the environment could not
+    carry out ("Nothing happens."). Shaping only: reported success stays the environment's own."""
+    return [
+        turn.reward * reward.scale
+        - (reward.invalid_format_penalty if not turn.format_valid else 0.0)
+        - (reward.ineffective_penalty if turn.format_valid and not turn.action_effective else 0.0)
+        for turn in trajectory.turns
+    ]
 
 
 def collate(
     trajectories: list[Trajectory],
     *,
-    reward_scale: float = 1.0,
-    invalid_penalty: float = 0.0,
+    reward: RewardConfig = RewardConfig(),
     pad_id: int = 0,
 ) -> Batch:
-    """Pad the samples of ``trajectories`` (all with at least one turn) into a ``Batch``."""
+    """Pad the samples of ``trajectories`` (all with at least one turn) into a ``Batch``; turn
+    rewards are shaped by ``reward``."""
     if not trajectories:
         raise ValueError("collate: no trajectories")
     empty = [t.request_id for t in trajectories if not t.turns]
@@ -164,7 +172,7 @@ def collate(
 
     owners, indices, rewards, dones, invalid, lengths, last = [], [], [], [], [], [], []
     for i, trajectory in enumerate(trajectories):
-        shaped = shaped_turn_rewards(trajectory, reward_scale, invalid_penalty)
+        shaped = shaped_turn_rewards(trajectory, reward)
         for t, turn in enumerate(trajectory.turns):
             owners.append(i)
             indices.append(t)

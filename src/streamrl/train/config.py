@@ -211,6 +211,9 @@ class RewardConfig(Section):
     scale: float = Field(1.0, gt=0.0)
     #: subtracted from the outcome once per turn whose action format was invalid
     invalid_format_penalty: float = Field(0.0, ge=0.0)
+    #: subtracted once per well-formed action the environment could not carry out (alfworld's
+    #: "Nothing happens."): denser credit for a policy that repeats impossible actions
+    ineffective_penalty: float = Field(0.0, ge=0.0)
 
 
 class OptimConfig(Section):

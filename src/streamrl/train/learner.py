@@ -132,8 +132,7 @@ class Learner:
 
     def outcome(self, trajectory: Trajectory) -> float:
         """R_i in reward units, shaped by the reward config."""
-        reward = self.config.reward
-        return sum(shaped_turn_rewards(trajectory, reward.scale, reward.invalid_format_penalty))
+        return sum(shaped_turn_rewards(trajectory, self.config.reward))
 
     def score_batch(self, model: Any, batch: Batch, values: bool = False) -> ScoreOutput:
         value_mask = None
@@ -174,8 +173,7 @@ class Learner:
             return {**metrics, **clock.metrics()}
         batch = collate(
             usable,
-            reward_scale=self.config.reward.scale,
-            invalid_penalty=self.config.reward.invalid_format_penalty,
+            reward=self.config.reward,
             pad_id=self.policy.tokenizer.pad_token_id or 0,
         )
         clock.lap("collate")
