@@ -15,11 +15,13 @@ import random
 
 import pytest
 
-from streamrl.envs import ActionParser, Env, EnvSpec, ParsedAction, PromptBuilder, StepResult, register
+from streamrl.envs import ActionParser, Env, EnvSpec, ParsedAction, StepResult, register
 from streamrl.envs.common import tagged_text
 from streamrl.train.config import load_config
 from streamrl.train.loggers import read_metrics
 from streamrl.train.loop import train
+
+from .conftest import CoinPrompt as ObservationPrompt  # the prompt is the observation alone
 
 OBJECTS = ("apple", "mug", "knife", "book", "pen", "cup", "plate", "pan", "egg", "box")
 CHOICES = 3
@@ -55,21 +57,7 @@ class ActionTag(ActionParser):
         return ParsedAction((inner or "").strip(), inner is not None)
 
 
-class PickPrompt(PromptBuilder):
-    def system_prompt(self):
-        return None
-
-    def first_message(self, observation, info):
-        return observation
-
-    def next_message(self, observation, info):
-        return observation
-
-    def step_messages(self, initial_observation, history, observation, info):
-        return [{"role": "user", "content": observation}]
-
-
-register("pick", PickEnv, ActionTag, PickPrompt, overwrite=True)
+register("pick", PickEnv, ActionTag, ObservationPrompt, overwrite=True)
 
 
 def _random_choice_demos(path, count: int, pool: int) -> None:
