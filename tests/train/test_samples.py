@@ -10,7 +10,8 @@ from streamrl.train.config import load_config
 from streamrl.train.loop import train
 from streamrl.train.report import samples_markdown
 from streamrl.train.run import Workspace
-from streamrl.train.samples import SampleLog, mixed_selection, read_samples, transcript
+from streamrl.train.loggers import read_metrics
+from streamrl.train.samples import SampleLog, mixed_selection, transcript
 
 
 def _turn(action: str, observation: str, reward: float = 0.0, valid: bool = True) -> Turn:
@@ -74,14 +75,14 @@ def test_resume_cuts_transcripts_back_to_the_checkpoint(tmp_path):
     log.write([_episode("redone", False)], kind="train", step=2)
     log.close()
     ws.sample_log({"samples_offset": offset}).close()
-    assert [r["request_id"] for r in read_samples(ws.samples)] == ["kept"]
+    assert [r["request_id"] for r in read_metrics(ws.samples)] == ["kept"]
 
 
 def test_training_writes_train_and_every_eval_episode(coin_config, tmp_path):
     config = coin_config("spo++", "train.steps=2", "train.checkpoint_every=0", "train.eval_at_start=true",
                          "logging.samples_every=1", "logging.samples_per_step=3")
     asyncio.run(train(config, tmp_path))
-    records = read_samples(tmp_path / "samples.jsonl")
+    records = read_metrics(tmp_path / "samples.jsonl")
     trained = [r for r in records if r["kind"] == "train"]
     assert [r["step"] for r in trained] == [1, 1, 1, 2, 2, 2]
     assert all(isinstance(t["advantage"], float) for r in trained for t in r["turns"])

@@ -86,6 +86,7 @@ class MetricsLogger:
 
 
 def read_metrics(path: Path, kind: str | None = None) -> list[dict[str, Any]]:
+    """The records of a kind-tagged JSON-lines file (metrics.jsonl, samples.jsonl); [] if absent."""
     records = []
     if not Path(path).exists():
         return records

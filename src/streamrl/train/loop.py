@@ -60,8 +60,9 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ec
     async def evaluate_and_log(tag: str) -> dict[str, Any]:
         result = await evaluate(config, engine, policy, tag=tag)
         samples.write(result.trajectories, kind="eval", step=run.step, tag=tag)
-        logger.log(run.step, result.metrics(), "eval")
-        return result.metrics()
+        metrics = result.metrics()
+        logger.log(run.step, metrics, "eval")
+        return metrics
 
     if state is None and config.train.eval_at_start:
         summary["eval_before"] = await evaluate_and_log("eval-v0")

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from streamrl.train.config import Config
 from streamrl.train.loggers import read_metrics
-from streamrl.train.samples import read_samples
 
 #: transcripts of each kind (success, failure) shown in report/samples.md
 SHOWN_PER_KIND = 3
@@ -31,9 +30,8 @@ def eval_table(records: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def last_evaluation(records: list[dict]) -> list[dict]:
-    """The transcripts of the last evaluation in ``samples.jsonl`` (its tag and step)."""
-    evals = [r for r in records if r["kind"] == "eval"]
+def last_evaluation(evals: list[dict]) -> list[dict]:
+    """Of ``samples.jsonl``'s eval records, those of the last evaluation (its tag and step)."""
     if not evals:
         return []
     last = (evals[-1]["tag"], evals[-1]["step"])
@@ -111,8 +109,7 @@ def write_report(root: Path, config: Config) -> Path:
     title = f"{config.algo.name} on {config.env.name} ({config.model.spec})"
     plot_learning_curve(train, evals, report / "learning_curve.png", title)
     eval_md = f"# Evaluation: {title}\n\n{eval_table(evals)}"
-    samples = root / "samples.jsonl"
-    last_eval = last_evaluation(read_samples(samples)) if samples.exists() else []
+    last_eval = last_evaluation(read_metrics(root / "samples.jsonl", "eval"))
     if last_eval:
         (report / "samples.md").write_text(samples_markdown(last_eval))
         eval_md += "\nTranscripts: [samples.md](samples.md)\n"

@@ -84,6 +84,3 @@ class SampleLog:
     def close(self) -> None:
         self._file.close()
 
-
-def read_samples(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
