@@ -3,9 +3,16 @@
 Standard library only: the sandboxed interpreter cannot see ``streamrl``. The module is also
 importable, so the parent reuses its frame codec and tests can exercise the helpers directly.
 
-Process layout inside the sandbox::
+Process layout inside the sandbox (weak levels and bwrap)::
 
     init (trusted, this file)  --fork-->  runner: rlimits, guards, then the model's code
+
+and at the ``kernel`` level (``_confine.py`` does the kernel work)::
+
+    outer (root, host namespaces; watchdog, stop signal)
+      --unshare(CLONE_NEWPID), fork-->  PID 1 (new mount/net/ipc/uts/cgroup namespaces; builds
+                                        the new root, drops to the run's uid; reaps, reports)
+        --fork-->  runner: rlimits, Landlock, seccomp, guards, then the model's code
 
 The init keeps only the status pipe. It waits for the runner, reaps orphans (it is PID 1 when a
 PID namespace is in force, so its exit takes every leftover process down with it) and writes one
@@ -37,6 +44,8 @@ CODE_FILE_NAME = ".sandbox_code.py"
 
 #: sent to the init to stop a run politely (see ``_main``)
 STOP_SIGNAL = signal.SIGUSR1
+#: the name the bootstrap gives ``_confine.py`` (the sandboxed interpreter cannot import streamrl)
+CONFINE_MODULE = "_sbx_confine"
 
 FRAME_HEADER = struct.Struct(">I")  # payload length, big-endian
 MAX_FRAME_BYTES = 64 * 1024 * 1024
@@ -247,10 +256,26 @@ def _exit_code_of(exc: BaseException | None) -> int:
     return 1
 
 
-def _run_once(config: dict[str, Any]) -> int:
-    with open(CODE_FILE_NAME, encoding="utf-8") as handle:
+def _confine_module() -> Any:
+    module = sys.modules.get(CONFINE_MODULE)
+    if module is None:  # imported by the parent, not run as the bootstrap
+        from streamrl.sandbox import _confine as module
+    return module
+
+
+def _read_code(config: dict[str, Any]) -> str | None:
+    """The one-shot run's code, from the work dir (or the read-only input dir under bwrap)."""
+    if config["mode"] != "once":
+        return None
+    path = os.path.join(config.get("input_dir") or ".", CODE_FILE_NAME)
+    with open(path, encoding="utf-8") as handle:
         source = handle.read()
-    os.unlink(CODE_FILE_NAME)
+    if not config.get("input_dir"):
+        os.unlink(path)
+    return source
+
+
+def _run_once(config: dict[str, Any], source: str) -> int:
     exc = run_cell(source, _fresh_namespace(), "main.py", config["echo_last_expr"])
     if exc is not None:
         if isinstance(exc, SystemExit) and not isinstance(exc.code, int):
@@ -296,12 +321,31 @@ def _serve_session(config: dict[str, Any]) -> int:
         )
 
 
-def _runner(config: dict[str, Any]) -> int:
+def harden() -> None:
+    """no_new_privs, then Landlock and seccomp where the kernel has them (the last walls before
+    the code: nothing after this can be undone by it)."""
+    confine = _confine_module()
+    try:  # the kernel's memory killer picks the code's processes first, never the init's
+        with open("/proc/self/oom_score_adj", "w") as handle:
+            handle.write("1000")
+    except OSError:
+        pass
+    confine.prctl(confine.PR_SET_NO_NEW_PRIVS, 1)
+    writable = [path for path in confine.WRITABLE if os.path.isdir(path)]
+    devices = [f"/dev/{name}" for name in confine.DEVICES]
+    confine.install_landlock(writable, devices)
+    confine.install_seccomp()
+
+
+def _runner(config: dict[str, Any], source: str | None) -> int:
     apply_limits(config["rlimits"])
+    if config.get("harden"):
+        harden()
     install_guards(config["stub_network"])
     if config["mode"] == "session":
         return _serve_session(config)
-    return _run_once(config)
+    assert source is not None
+    return _run_once(config, source)
 
 
 def _flush_quietly() -> None:
@@ -312,58 +356,163 @@ def _flush_quietly() -> None:
             pass
 
 
-def _start_watchdog(runner: Any, limit_s: float | None) -> None:
-    """Every second: kill the runner once the parent is gone (this process was re-parented)
-    or, for a one-shot run, once ``limit_s`` has passed, even if nobody enforces it outside."""
+def _start_watchdog(target: Any, limit_s: float | None) -> None:
+    """Every second: kill ``target()`` (a pid) once the parent is gone (this process was
+    re-parented) or, for a one-shot run, once ``limit_s`` has passed, even if nobody enforces
+    it outside."""
     parent, started = os.getppid(), time.monotonic()
 
     def check(*_: Any) -> None:
         late = limit_s is not None and time.monotonic() - started > limit_s
-        if runner() and (late or os.getppid() != parent):
-            os.kill(runner(), signal.SIGKILL)
+        if target() and (late or os.getppid() != parent):
+            os.kill(target(), signal.SIGKILL)
 
     signal.signal(signal.SIGALRM, check)
     signal.setitimer(signal.ITIMER_REAL, 1.0, 1.0)  # interval timers are not inherited by fork
 
 
-def _main() -> None:
-    config = json.loads(sys.argv[1])
-    status_fd = int(config["status_fd"])
-    # STOP_SIGNAL asks the init to kill the runner and reap it itself (a runner killed
-    # together with its init would linger as an orphaned zombie for a while)
-    runner = 0
-    signal.signal(STOP_SIGNAL, lambda *_: runner and os.kill(runner, signal.SIGKILL))
-    _start_watchdog(lambda: runner, config.get("watchdog_s"))
+def _to_devnull() -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+
+
+#: how often the fallback memory watchdog sums the namespace's resident memory
+MEMORY_POLL_S = 0.02
+
+
+def _reap_until(runner: int, memory_limit: int | None) -> tuple[int, Any, bool]:
+    """Reap every child (orphans included) until ``runner`` ends; (status, rusage, killed for
+    memory). With ``memory_limit``, kill everything in the namespace once the resident total of
+    its processes passes it (the fallback group limit; this process must be able to signal them)."""
+    killed = False
+    while True:
+        try:
+            pid, status, usage = os.wait4(-1, os.WNOHANG if memory_limit and not killed else 0)
+        except ChildProcessError:
+            return 0, None, killed
+        if pid == runner:
+            return status, usage, killed
+        if pid == 0:
+            if _confine_module().resident_bytes_of_namespace() > memory_limit:  # type: ignore[operator]
+                killed = True
+                try:
+                    os.kill(-1, signal.SIGKILL)  # every process this one may signal, but itself
+                except OSError:
+                    pass
+            else:
+                time.sleep(MEMORY_POLL_S)
+
+
+def _report(status_fd: int, status: int, usage: Any, memory_killed: bool) -> None:
+    report: dict[str, Any] = {"cpu_s": 0.0 if usage is None else usage.ru_utime + usage.ru_stime}
+    if os.WIFSIGNALED(status):
+        report["signal"] = os.WTERMSIG(status)
+    else:
+        report["exit"] = os.WEXITSTATUS(status)
+    if memory_killed:
+        report["memory"] = True
+    os.write(status_fd, (json.dumps(report) + "\n").encode())
+
+
+def _fork_runner(config: dict[str, Any], source: str | None, status_fd: int) -> int:
     runner = os.fork()
     if runner == 0:
         for number in (STOP_SIGNAL, signal.SIGALRM):
             signal.signal(number, signal.SIG_DFL)
+        signal.setitimer(signal.ITIMER_REAL, 0)
         os.close(status_fd)
         try:
-            code = _runner(config)
+            code = _runner(config, source)
         except BaseException:
             traceback.print_exc()
             code = BOOTSTRAP_FAILURE_EXIT_CODE
         _flush_quietly()
         os._exit(code)
+    return runner
+
+
+def _main_plain(config: dict[str, Any]) -> None:
+    status_fd = int(config["status_fd"])
+    source = _read_code(config)
+    # STOP_SIGNAL asks the init to kill the runner and reap it itself (a runner killed
+    # together with its init would linger as an orphaned zombie for a while)
+    runner = 0
+    signal.signal(STOP_SIGNAL, lambda *_: runner and os.kill(runner, signal.SIGKILL))
+    _start_watchdog(lambda: runner, config.get("watchdog_s"))
+    runner = _fork_runner(config, source, status_fd)
     # init: the runner alone holds the pipes, so the parent sees EOF as soon as it ends
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
+    _to_devnull()
+    status, usage, memory_killed = _reap_until(runner, config.get("memory_poll_bytes"))
+    _report(status_fd, status, usage, memory_killed)
+    os._exit(0)
+
+
+def _pid1(config: dict[str, Any], source: str | None, status_fd: int) -> None:
+    """PID 1 of the run's namespace: build the sandbox, drop privileges, run and reap."""
+    confine = _confine_module()
+    settings = config["confine"]
+    confine.unshare(
+        confine.CLONE_NEWNS | confine.CLONE_NEWNET | confine.CLONE_NEWIPC | confine.CLONE_NEWUTS | confine.CLONE_NEWCGROUP
+    )
+    confine.build_root(
+        settings["root"], settings["binds"], settings["disk_bytes"], settings["inodes"], settings["uid"], settings["gid"]
+    )
+    try:
+        import socket
+
+        socket.sethostname("sandbox")
+    except OSError:
+        pass
+    confine.drop_privileges(int(settings["uid"]), int(settings["gid"]))
+    confine.set_parent_death_signal(signal.SIGKILL)  # after the uid change, which clears it
+    runner = _fork_runner(config, source, status_fd)
+    _to_devnull()
+    status, usage, memory_killed = _reap_until(runner, config.get("memory_poll_bytes"))
+    _report(status_fd, status, usage, memory_killed)
+    os._exit(0)  # the namespace's init: its exit kills whatever the code left behind
+
+
+def _main_kernel(config: dict[str, Any]) -> None:
+    """The outer process: stays in the host namespaces (as root) only to start PID 1, stop it
+    on request or when the parent dies, and reap it."""
+    confine = _confine_module()
+    status_fd = int(config["status_fd"])
+    source = _read_code(config)
+    pid1 = 0
+    signal.signal(STOP_SIGNAL, lambda *_: pid1 and os.kill(pid1, signal.SIGKILL))
+    _start_watchdog(lambda: pid1, config.get("watchdog_s"))
+    confine.unshare(confine.CLONE_NEWPID)
+    pid1 = os.fork()
+    if pid1 == 0:
+        for number in (STOP_SIGNAL, signal.SIGALRM):
+            signal.signal(number, signal.SIG_DFL)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        try:
+            confine.set_parent_death_signal(signal.SIGKILL)
+            _pid1(config, source, status_fd)
+        except BaseException as exc:  # a sandbox fault: say so on stderr, never run the code
+            print(f"sandbox setup failed: {exc!r}", file=sys.stderr, flush=True)
+        os._exit(BOOTSTRAP_FAILURE_EXIT_CODE)
+    os.close(status_fd)
+    _to_devnull()
     while True:
         try:
-            pid, status, usage = os.wait4(-1, 0)
+            pid, _ = os.waitpid(pid1, 0)
         except ChildProcessError:
-            os._exit(0)
-        if pid == runner:
             break
-    report: dict[str, Any] = {"cpu_s": usage.ru_utime + usage.ru_stime}
-    if os.WIFSIGNALED(status):
-        report["signal"] = os.WTERMSIG(status)
-    else:
-        report["exit"] = os.WEXITSTATUS(status)
-    os.write(status_fd, (json.dumps(report) + "\n").encode())
+        if pid == pid1:
+            break
     os._exit(0)
+
+
+def _main() -> None:
+    config = json.loads(sys.argv[1])
+    if config.get("confine"):
+        _main_kernel(config)
+    else:
+        _main_plain(config)
 
 
 if __name__ == "__main__":

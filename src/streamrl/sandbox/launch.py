@@ -1,7 +1,8 @@
 """Everything one sandboxed interpreter needs before it starts, and the clean-up after it.
 
-Shared by the one-shot runner and the persistent session: a fresh temp dir, an optional pids
-cgroup, the status pipe of the sandbox's init, the minimal environment and the wrapped command.
+Shared by the one-shot runner and the persistent session: a fresh temp dir, an optional cgroup
+(processes and memory), a dedicated uid (``kernel`` level), the status pipe of the sandbox's
+init, the minimal environment and the wrapped command.
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from streamrl.sandbox import _child
-from streamrl.sandbox.cgroup import PidsCgroup
-from streamrl.sandbox.isolation import Isolation
+from streamrl.sandbox import _child, _confine
+from streamrl.sandbox.cgroup import RunCgroup
+from streamrl.sandbox.isolation import Isolation, interpreter_binds
 from streamrl.sandbox.limits import SandboxLimits
 
 WORKDIR_PREFIX = "streamrl-sbx-"
@@ -37,7 +39,51 @@ def _spawner_thread() -> concurrent.futures.ThreadPoolExecutor:
 
 @functools.lru_cache(maxsize=1)
 def _child_source() -> str:
-    return Path(_child.__file__).read_text(encoding="utf-8")
+    """The bootstrap: ``_confine.py`` as the module ``_sbx_confine``, then ``_child.py``."""
+    confine = Path(_confine.__file__).read_text(encoding="utf-8")
+    child = Path(_child.__file__).read_text(encoding="utf-8")
+    prelude = (
+        "import sys as _s, types as _t\n"
+        f"_m = _t.ModuleType({_child.CONFINE_MODULE!r})\n"
+        f"exec(compile({confine!r}, '_confine.py', 'exec'), _m.__dict__)\n"
+        "_s.modules[_m.__name__] = _m\n"
+        "del _s, _t, _m\n"
+    )
+    future = "from __future__ import annotations\n"
+    head, sep, tail = child.partition(future)
+    if not sep:
+        return prelude + child
+    return head + sep + prelude + tail
+
+
+#: the ``kernel`` level's dedicated uids (and gids): one per run, never 0, never a real user's
+UID_BASE = 1_000_000_000
+_UIDS_PER_PROCESS = 1024
+
+
+class _UidPool:
+    """Hands out a uid no other live run of this process has (and, by the pid-derived block,
+    almost surely none of another process): ``RLIMIT_NPROC`` then counts this run alone."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._used: set[int] = set()
+
+    def acquire(self) -> int:
+        block = UID_BASE + (os.getpid() % 8192) * _UIDS_PER_PROCESS
+        with self._lock:
+            for slot in range(_UIDS_PER_PROCESS):
+                if block + slot not in self._used:
+                    self._used.add(block + slot)
+                    return block + slot
+        raise RuntimeError(f"more than {_UIDS_PER_PROCESS} sandboxes at once in one process")
+
+    def release(self, uid: int) -> None:
+        with self._lock:
+            self._used.discard(uid)
+
+
+UIDS = _UidPool()
 
 
 def minimal_env(home: str) -> dict[str, str]:
@@ -63,9 +109,10 @@ class Launch:
     env: dict[str, str]
     workdir: str
     isolation: Isolation
-    cgroup: PidsCgroup | None
+    cgroup: RunCgroup | None
     status_read: int
     status_write: int
+    uid: int | None = None
     _report: bytes = field(default=b"", repr=False)
     _closed: bool = field(default=False, repr=False)
 
@@ -145,6 +192,10 @@ class Launch:
         if self.cgroup is not None:
             self.cgroup.kill_all()
 
+    def oom_killed(self) -> bool:
+        """The kernel killed a process of this run for the group's memory limit."""
+        return self.cgroup is not None and self.cgroup.has_memory and self.cgroup.oom_kills() > 0
+
     def cleanup(self) -> None:
         """Close the pipe, delete the cgroup and the temp dir. Call after the process is reaped."""
         if self._closed:
@@ -154,6 +205,8 @@ class Launch:
         os.close(self.status_read)
         if self.cgroup is not None:
             self.cgroup.remove()
+        if self.uid is not None:
+            UIDS.release(self.uid)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -169,12 +222,14 @@ def prepare_launch(
 ) -> Launch:
     """Create the temp dir (with the code file for a one-shot run), the cgroup and the pipe."""
     run_id = uuid.uuid4().hex[:16]
+    memory_bytes = int(limits.memory_mb) * 1024 * 1024
     cgroup = None
     if use_cgroup is not False:
-        cgroup = PidsCgroup.create(run_id, limits.max_processes)
+        cgroup = RunCgroup.create(run_id, limits.max_processes, memory_bytes)
         if cgroup is None and use_cgroup:
-            raise RuntimeError("a pids cgroup was required (cgroup=True) but /sys/fs/cgroup does not allow one here")
+            raise RuntimeError("a cgroup was required (cgroup=True) but /sys/fs/cgroup does not allow one here")
     workdir = tempfile.mkdtemp(prefix=WORKDIR_PREFIX)
+    uid = UIDS.acquire() if isolation.confine else None
     try:
         if code is not None:
             Path(workdir, _child.CODE_FILE_NAME).write_text(code, encoding="utf-8", errors="replace")
@@ -183,8 +238,12 @@ def prepare_launch(
         shutil.rmtree(workdir, ignore_errors=True)
         if cgroup is not None:
             cgroup.remove()
+        if uid is not None:
+            UIDS.release(uid)
         raise
     os.set_blocking(status_read, False)
+    disk_bytes = int(limits.disk_mb) * 1024 * 1024
+    group_memory = cgroup is not None and cgroup.has_memory
     config = {
         "mode": mode,
         "status_fd": status_write,
@@ -195,9 +254,22 @@ def prepare_launch(
         # the init's own wall clock, in case the parent dies before enforcing its own
         "watchdog_s": limits.timeout_s + 2.0 if mode == "once" else None,
         "run_id": run_id,  # lets tests and operators find a run's processes by command line
+        "harden": isolation.harden,
+        "input_dir": isolation.input_dir,
+        # the fallback total where no memory cgroup holds the group (private PID namespaces only)
+        "memory_poll_bytes": None if group_memory or not isolation.pid_namespace else memory_bytes,
     }
+    if isolation.confine:
+        config["confine"] = {
+            "root": workdir,
+            "binds": [list(pair) for pair in interpreter_binds()],
+            "disk_bytes": disk_bytes,
+            "inodes": 16384,
+            "uid": uid,
+            "gid": uid,
+        }
     interpreter = [sys.executable, "-I", "-B", "-c", _child_source(), json.dumps(config)]
-    argv = isolation.command(workdir, interpreter)
+    argv = isolation.command(workdir, interpreter, disk_bytes)
     if cgroup is not None:
         argv = cgroup.join_command(argv)
     return Launch(
@@ -209,4 +281,42 @@ def prepare_launch(
         cgroup=cgroup,
         status_read=status_read,
         status_write=status_write,
+        uid=uid,
     )
+
+
+#: what the probe's code prints where the level holds
+_PROBE_CODE = "import os\nprint('probe-ok', os.getuid())\n"
+
+
+def probe_launch(isolation: Isolation, timeout_s: float = 20.0) -> bool:
+    """Start one trivial run at ``isolation`` through the real launcher (no cgroup), and check
+    that it ran, and, for the ``kernel`` level, as its dedicated uid."""
+    launch = prepare_launch(
+        mode="once",
+        limits=SandboxLimits(timeout_s=timeout_s),
+        isolation=isolation,
+        use_cgroup=False,
+        cpu_seconds=int(timeout_s) + 1,
+        echo_last_expr=False,
+        code=_PROBE_CODE,
+    )
+    try:
+        done = subprocess.run(
+            launch.argv,
+            cwd=launch.workdir,
+            env=launch.env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout_s,
+            pass_fds=launch.pass_fds,
+            start_new_session=True,
+        )
+        launch.spawned()
+        words = done.stdout.decode(errors="replace").split()
+        report = launch.child_report()
+        if done.returncode != 0 or report is None or report.get("exit") != 0 or words[:1] != ["probe-ok"]:
+            return False
+        return not isolation.confine or words[1:2] == [str(launch.uid)]
+    finally:
+        launch.cleanup()

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 class SandboxLimits:
     """Every limit is enforced with hard = soft rlimits, so the sandboxed code cannot raise it.
 
+    ``memory_mb`` is both each process's ``RLIMIT_AS`` and, for the whole run together, the
+    cgroup memory limit (or the fallback watchdog's total; see ``cgroup.py``).
+
     ``timeout_s`` is a wall clock (it also catches ``time.sleep`` and blocking I/O, which use no
     CPU); the CPU rlimit of a one-shot run is ``ceil(timeout_s) + 1`` as a backstop.
     """
@@ -18,8 +21,11 @@ class SandboxLimits:
     memory_mb: int = 1024  # RLIMIT_AS
     file_size_mb: int = 16  # RLIMIT_FSIZE: larger writes fail with EFBIG
     max_open_files: int = 64  # RLIMIT_NOFILE
-    max_processes: int = 64  # RLIMIT_NPROC (ignored by the kernel for root) and cgroup pids.max
+    max_processes: int = 64  # the whole run: cgroup pids.max, and RLIMIT_NPROC of its dedicated uid
     max_output_bytes: int = 64 * 1024  # per stream; a one-shot run is killed once over it
+    #: the one size-capped filesystem (tmpfs) that holds the work dir, /tmp and /dev/shm together
+    #: at the ``kernel`` level (bwrap: the work dir and /tmp each)
+    disk_mb: int = 64
 
     def __post_init__(self) -> None:
         checks = {
@@ -29,6 +35,7 @@ class SandboxLimits:
             "max_open_files": self.max_open_files,
             "max_processes": self.max_processes,
             "max_output_bytes": self.max_output_bytes,
+            "disk_mb": self.disk_mb,
         }
         for name, value in checks.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -65,11 +65,14 @@ def classify(
     timeout_s: float,
     cpu_limit_s: float,
     max_output_bytes: int,
+    memory_killed: bool = False,
+    memory_mb: int | None = None,
 ) -> tuple[Status, str | None, int | None]:
     """(status, error line, returncode) from how the run ended.
 
     ``child`` is the init's report (``{"exit": n}`` or ``{"signal": n}``, plus ``cpu_s``); it is
-    None when the init itself was killed or never started.
+    None when the init itself was killed or never started. ``memory_killed``: the kernel killed
+    a process of the run for the group's memory limit (cgroup).
     """
     returncode = None
     if child is not None:
@@ -85,6 +88,9 @@ def classify(
     if child is None:
         detail = last_line(stderr) or "the sandbox ended without a report"
         return "crashed", f"sandbox failure: {detail}", returncode
+    if "signal" in child and int(child["signal"]) == signal.SIGKILL and (memory_killed or child.get("memory")):
+        limit = f" of {memory_mb} MiB" if memory_mb else ""
+        return "memory", f"MemoryError: the sandbox's memory limit{limit} for the whole run was exceeded", returncode
     if "signal" in child:
         number = int(child["signal"])
         used = float(child.get("cpu_s") or 0.0)

@@ -101,20 +101,24 @@ async def arun_python(
     isolation: str = "auto",
     cgroup: bool | None = None,
     echo_last_expr: bool = False,
+    allow_weak: bool | None = None,
 ) -> SandboxResult:
     """Run ``code`` in a fresh sandboxed interpreter and return what happened. Never raises for
     anything the code does; raises ``TypeError``/``ValueError`` for bad arguments.
 
     ``timeout`` (seconds, wall clock) and ``memory_mb`` override those fields of ``limits``
     (default ``SandboxLimits()``: 5 s, 1024 MiB, 64 KiB of output per stream);
-    ``isolation`` is ``"auto"`` (the strongest available) or a level of ``isolation.LEVELS``;
-    ``cgroup`` None uses a pids cgroup where possible, True requires one, False never uses one;
+    ``isolation`` is ``"auto"`` (the preferred safe level; ``SandboxUnavailableError`` where none
+    works) or a level of ``isolation.LEVELS``; ``allow_weak`` opts into levels weaker than the
+    safe ones (None: the process-wide setting, see ``isolation.set_allow_weak``);
+    ``cgroup`` None uses a cgroup (processes and memory) where possible, True requires one,
+    False never uses one;
     ``echo_last_expr`` prints the ``repr`` of a final bare expression, as a notebook does.
     """
     if not isinstance(code, str):
         raise TypeError(f"code must be a str, got {type(code).__name__}")
     resolved = resolve_limits(timeout, memory_mb, limits)
-    chosen = resolve_isolation(isolation)
+    chosen = resolve_isolation(isolation, allow_weak=allow_weak)
     await GATE.acquire_async()
     try:
         launch = prepare_launch(
@@ -191,6 +195,7 @@ async def _execute(launch: Launch, limits: SandboxLimits) -> SandboxResult:
                 reader.close()
     duration = time.monotonic() - started
     report = launch.child_report()
+    memory_killed = launch.oom_killed()
     stderr = err.text()
     status, error, returncode = classify(
         killed_for=killed_for,
@@ -199,6 +204,8 @@ async def _execute(launch: Launch, limits: SandboxLimits) -> SandboxResult:
         timeout_s=limits.timeout_s,
         cpu_limit_s=limits.one_shot_cpu_seconds(),
         max_output_bytes=limits.max_output_bytes,
+        memory_killed=memory_killed,
+        memory_mb=limits.memory_mb,
     )
     return SandboxResult(
         status=status,
@@ -224,10 +231,18 @@ def run_python(
     isolation: str = "auto",
     cgroup: bool | None = None,
     echo_last_expr: bool = False,
+    allow_weak: bool | None = None,
 ) -> SandboxResult:
     """Synchronous ``arun_python``; safe to call from a thread or from inside a running loop."""
     coro = arun_python(
-        code, timeout, memory_mb, limits=limits, isolation=isolation, cgroup=cgroup, echo_last_expr=echo_last_expr
+        code,
+        timeout,
+        memory_mb,
+        limits=limits,
+        isolation=isolation,
+        cgroup=cgroup,
+        echo_last_expr=echo_last_expr,
+        allow_weak=allow_weak,
     )
     try:
         asyncio.get_running_loop()

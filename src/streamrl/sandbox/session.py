@@ -47,6 +47,7 @@ class _Worker:
         self.proc = proc
         self.cpu_limit_s = cpu_limit_s
         self.cpu_reported = 0.0
+        self.oom_killed = False
         assert proc.stdin is not None and proc.stdout is not None
         self._requests = proc.stdin.fileno()
         self._replies = proc.stdout.fileno()
@@ -115,6 +116,7 @@ class _Worker:
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL was already sent
             pass
         report = self.launch.child_report()
+        self.oom_killed = self.launch.oom_killed()
         self.launch.cleanup()
         return report
 
@@ -124,7 +126,7 @@ class PythonSession:
     (calls are serialised by a lock). ``close()`` kills the worker; use it as a context manager.
 
     ``timeout``/``memory_mb``/``limits``/``isolation``/``cgroup`` mean what they mean for
-    ``run_python``; ``timeout`` is per cell. ``cpu_budget_s`` is the CPU time of the whole
+    ``run_python``, and so does ``allow_weak``; ``timeout`` is per cell. ``cpu_budget_s`` is the CPU time of the whole
     session, over every worker it starts.
     """
 
@@ -138,12 +140,13 @@ class PythonSession:
         isolation: str = "auto",
         cgroup: bool | None = None,
         echo_last_expr: bool = True,
+        allow_weak: bool | None = None,
     ):
         if isinstance(cpu_budget_s, bool) or not isinstance(cpu_budget_s, (int, float)) or not cpu_budget_s > 0:
             raise ValueError(f"PythonSession cpu_budget_s must be a positive number, got {cpu_budget_s!r}")
         self.limits = resolve_limits(timeout, memory_mb, limits)
         self.cpu_budget_s = float(cpu_budget_s)
-        self._isolation = resolve_isolation(isolation)
+        self._isolation = resolve_isolation(isolation, allow_weak=allow_weak)
         self._cgroup = cgroup
         self._echo = echo_last_expr
         self._worker: _Worker | None = None
@@ -255,6 +258,8 @@ class PythonSession:
                 timeout_s=cell_timeout,
                 cpu_limit_s=worker.cpu_limit_s,
                 max_output_bytes=self.limits.max_output_bytes,
+                memory_killed=worker.oom_killed,
+                memory_mb=self.limits.memory_mb,
             )
             if status == "timeout":
                 error = f"TimeoutError: the session's CPU budget of {self.cpu_budget_s:g} s is used up"
