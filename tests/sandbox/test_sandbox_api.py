@@ -7,17 +7,26 @@ import asyncio
 import psutil
 import pytest
 
-from streamrl.sandbox import LEVELS, SandboxLimits, arun_python, isolation_level, resolve_isolation, run_python
+from streamrl.sandbox import (
+    LEVELS,
+    SandboxLimits,
+    SandboxUnavailableError,
+    arun_python,
+    isolation_level,
+    resolve_isolation,
+    run_python,
+)
 from streamrl.sandbox._child import compile_cell
 
-from .leaks import BEST_LEVEL, LEVELS_HERE, alive
+from .leaks import BEST_LEVEL, LEVELS_HERE, SAFE_HERE, alive
 
 
-def test_isolation_level_is_the_strongest_available_and_every_result_reports_its_own():
+def test_isolation_level_is_the_safe_default_and_every_result_reports_its_own():
     assert isolation_level() == BEST_LEVEL
+    assert SAFE_HERE, f"this machine should reach a safe level (root: 'kernel'), got {BEST_LEVEL}"
     assert LEVELS_HERE[0] == "process" and all(level in LEVELS for level in LEVELS_HERE)
     assert run_python("pass").isolation == BEST_LEVEL
-    assert run_python("pass", isolation="process").isolation == "process"
+    assert run_python("pass", isolation="process", allow_weak=True).isolation == "process"
 
 
 def test_stateless_runs_share_nothing():
@@ -117,8 +126,8 @@ def test_cancelling_an_async_run_kills_it_and_cleans_up():
 def test_resolve_isolation_refuses_a_level_this_machine_lacks(monkeypatch):
     from streamrl.sandbox import isolation as iso
 
-    only_process = {"process": resolve_isolation("process")}
+    only_process = {"process": resolve_isolation("process", allow_weak=True)}
     monkeypatch.setattr(iso, "available_isolations", lambda: only_process)
     with pytest.raises(ValueError, match="not available on this machine"):
         iso.resolve_isolation("bwrap")
-    assert iso.resolve_isolation("auto").level == "process"
+    assert iso.resolve_isolation("auto", allow_weak=True).level == "process"

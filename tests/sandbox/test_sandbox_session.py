@@ -13,7 +13,7 @@ from .leaks import LEVELS_HERE, survivors
 
 @pytest.mark.parametrize("level", [LEVELS_HERE[0], LEVELS_HERE[-1]])
 def test_variables_persist_across_cells_and_the_last_expression_is_echoed(level):
-    with PythonSession(timeout=5.0, isolation=level) as session:
+    with PythonSession(timeout=5.0, isolation=level, allow_weak=True) as session:
         first = session.run("import math\nradius = 3\nprint('defined')")
         second = session.run("area = math.pi * radius ** 2\nround(area, 2)")
         third = session.run("area > 28")
