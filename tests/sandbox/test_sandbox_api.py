@@ -131,3 +131,30 @@ def test_resolve_isolation_refuses_a_level_this_machine_lacks(monkeypatch):
     with pytest.raises(ValueError, match="not available on this machine"):
         iso.resolve_isolation("bwrap")
     assert iso.resolve_isolation("auto", allow_weak=True).level == "process"
+
+
+@pytest.mark.parametrize("level", LEVELS_HERE)
+def test_only_the_kernel_levels_pid1_ever_polls_and_kills_for_memory(level):
+    """The fallback memory watchdog kills with ``kill(-1)``: only PID 1 of the ``kernel`` level's
+    private namespace may run it (anywhere else ``-1`` would reach the whole machine)."""
+    import json
+
+    from streamrl.sandbox.isolation import available_isolations
+    from streamrl.sandbox.launch import prepare_launch
+
+    launch = prepare_launch(
+        mode="once",
+        limits=SandboxLimits(),
+        isolation=available_isolations()[level],
+        use_cgroup=False,
+        cpu_seconds=5,
+        echo_last_expr=False,
+        code="pass",
+    )
+    try:
+        config = json.loads(launch.argv[-1])
+    finally:
+        launch.cleanup()
+    assert (config["memory_poll_bytes"] is not None) == (level == "kernel")
+    source = open(__import__("streamrl.sandbox._child", fromlist=["x"]).__file__).read()
+    assert "if os.getpid() != 1:\n        memory_limit = None" in source

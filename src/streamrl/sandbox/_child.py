@@ -385,7 +385,11 @@ MEMORY_POLL_S = 0.02
 def _reap_until(runner: int, memory_limit: int | None) -> tuple[int, Any, bool]:
     """Reap every child (orphans included) until ``runner`` ends; (status, rusage, killed for
     memory). With ``memory_limit``, kill everything in the namespace once the resident total of
-    its processes passes it (the fallback group limit; this process must be able to signal them)."""
+    its processes passes it (the fallback group limit). That is done only by PID 1 of a private
+    PID namespace (``/proc`` and ``kill(-1)`` then reach the run's processes and nothing else);
+    anywhere else the limit is ignored."""
+    if os.getpid() != 1:
+        memory_limit = None
     killed = False
     while True:
         try:
@@ -397,8 +401,8 @@ def _reap_until(runner: int, memory_limit: int | None) -> tuple[int, Any, bool]:
         if pid == 0:
             if _confine_module().resident_bytes_of_namespace() > memory_limit:  # type: ignore[operator]
                 killed = True
-                try:
-                    os.kill(-1, signal.SIGKILL)  # every process this one may signal, but itself
+                try:  # every process of this (private) namespace that PID 1 may signal, but itself
+                    os.kill(-1, signal.SIGKILL)
                 except OSError:
                     pass
             else:

@@ -167,6 +167,12 @@ def _bwrap(bwrap: str) -> Callable[[str, list[str], int], list[str]]:
     return lambda workdir, argv, disk: bwrap_command(bwrap, workdir, argv, disk, bwrap_features(bwrap))
 
 
+def _has_memory_cgroup() -> bool:
+    from streamrl.sandbox.cgroup import memory_cgroup_parent
+
+    return memory_cgroup_parent() is not None
+
+
 def _kernel_possible() -> bool:
     from streamrl.sandbox import _confine
 
@@ -204,8 +210,9 @@ def _candidates() -> list[Isolation]:
                 init_is_leader=False,
                 harden=True,
                 # as root, bwrap maps the sandbox's uid onto host uid 0; without --size the
-                # work dir has no disk quota
-                safe=os.geteuid() != 0 and "--size" in bwrap_features(bwrap),
+                # work dir has no disk quota; without a memory cgroup nothing holds the
+                # group's memory (the PID 1 watchdog is the ``kernel`` level's alone)
+                safe=os.geteuid() != 0 and "--size" in bwrap_features(bwrap) and _has_memory_cgroup(),
                 input_dir=BWRAP_INPUT_DIR,
             )
         )

@@ -256,8 +256,9 @@ def prepare_launch(
         "run_id": run_id,  # lets tests and operators find a run's processes by command line
         "harden": isolation.harden,
         "input_dir": isolation.input_dir,
-        # the fallback total where no memory cgroup holds the group (private PID namespaces only)
-        "memory_poll_bytes": None if group_memory or not isolation.pid_namespace else memory_bytes,
+        # the fallback total where no memory cgroup holds the group: only for the ``kernel``
+        # level, whose PID 1 sees (and may kill) nothing but the run's own processes
+        "memory_poll_bytes": memory_bytes if isolation.confine and not group_memory else None,
     }
     if isolation.confine:
         config["confine"] = {
