@@ -158,3 +158,53 @@ def test_only_the_kernel_levels_pid1_ever_polls_and_kills_for_memory(level):
     assert (config["memory_poll_bytes"] is not None) == (level == "kernel")
     source = open(__import__("streamrl.sandbox._child", fromlist=["x"]).__file__).read()
     assert "if os.getpid() != 1:\n        memory_limit = None" in source
+
+
+def test_weak_levels_need_an_explicit_opt_in_by_argument_setting_env_or_config(monkeypatch):
+    from streamrl.sandbox import isolation as iso
+    from streamrl.train.config import ConfigError, load_config
+
+    monkeypatch.delenv(iso.ALLOW_WEAK_ENV, raising=False)
+    monkeypatch.setattr(iso, "_allow_weak_setting", None)
+    with pytest.raises(ValueError, match="weaker than the default safe level"):
+        resolve_isolation("process")
+    assert resolve_isolation("process", allow_weak=True).level == "process"
+    monkeypatch.setenv(iso.ALLOW_WEAK_ENV, "1")
+    assert resolve_isolation("process").level == "process"
+    monkeypatch.delenv(iso.ALLOW_WEAK_ENV)
+    assert load_config(None, ["sandbox.allow_weak=false"]).sandbox.allow_weak is False
+    assert not iso.allow_weak()
+    with pytest.raises(ConfigError, match="sandbox.allow_weak"):
+        load_config(None, ["sandbox.allow_weak=1"])  # a bool, never coerced
+    assert load_config(None, ["sandbox.allow_weak=true"]).sandbox.allow_weak is True
+    assert iso.allow_weak() and resolve_isolation("process").level == "process"
+
+
+def test_the_level_in_force_is_announced_once_per_process(monkeypatch, capsys):
+    from streamrl.sandbox import isolation as iso
+
+    monkeypatch.setattr(iso, "_announced", set())
+    resolve_isolation("auto")
+    resolve_isolation("auto")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("streamrl.sandbox:")]
+    assert len(lines) == 1 and f"isolation level {BEST_LEVEL}" in lines[0]
+
+
+def test_the_bwrap_command_binds_the_interpreter_after_every_tmpfs_and_drops_everything():
+    from streamrl.sandbox.isolation import BWRAP_WORKDIR, bwrap_command, interpreter_binds
+
+    features = frozenset({"--size", "--disable-userns"})
+    argv = bwrap_command("/usr/bin/bwrap", "/tmp/w", ["python", "-c", "x"], 1 << 20, features)
+    for flag in ("--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--disable-userns"):
+        assert flag in argv
+    assert argv[argv.index("--cap-drop") + 1] == "ALL" and argv[argv.index("--uid") + 1] != "0"
+    last_tmpfs = max(i for i, arg in enumerate(argv) if arg == "--tmpfs")
+    for source, dest in interpreter_binds():
+        bind = next(i for i in range(len(argv) - 2) if argv[i : i + 3] == ["--ro-bind", source, dest])
+        assert bind > last_tmpfs, f"{dest} is bound before a tmpfs that could hide it"
+    for i, arg in enumerate(argv):
+        if arg == "--tmpfs":
+            assert argv[i - 2] == "--size", "every tmpfs is size-capped"
+    assert argv[argv.index("--tmpfs", argv.index("--tmpfs") + 1) + 1] == BWRAP_WORKDIR
+    assert argv.index("--remount-ro") > last_tmpfs and argv[-3:] == ["python", "-c", "x"]
+    assert "--bind" not in argv  # nothing of the host is writable

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 AggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLKind = Literal["k1", "k2", "k3"]
@@ -266,6 +266,21 @@ class LoggingConfig(Section):
     samples_per_step: int = Field(4, ge=1)
 
 
+class SandboxConfig(Section):
+    #: run model-written code at an isolation level weaker than the default safe one (the
+    #: sandbox refuses to otherwise); loading a config with it true sets the process-wide
+    #: opt-in (streamrl.sandbox.set_allow_weak). See docs/sandbox.md
+    allow_weak: StrictBool = False
+
+    @model_validator(mode="after")
+    def _apply(self) -> SandboxConfig:
+        from streamrl.sandbox import set_allow_weak
+
+        if self.allow_weak:
+            set_allow_weak(True)
+        return self
+
+
 class Config(Section):
     model: ModelConfig = ModelConfig()
     env: EnvConfig = EnvConfig()
@@ -277,6 +292,7 @@ class Config(Section):
     sft: SFTConfig = SFTConfig()
     eval: EvalConfig = EvalConfig()
     logging: LoggingConfig = LoggingConfig()
+    sandbox: SandboxConfig = SandboxConfig()
 
     @model_validator(mode="after")
     def _group_fits_batch(self) -> Config:
