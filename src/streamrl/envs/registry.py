@@ -24,6 +24,7 @@ _REGISTRY: dict[str, EnvEntry] = {}
 # name -> module that calls ``register(name, ...)`` when imported
 _BUILTIN_MODULES = {
     "guess_number": "streamrl.envs.guess_number",
+    "pick_object": "streamrl.envs.pick_object",
     "alfworld_lite": "streamrl.envs.alfworld_lite",
     "alfworld_real": "streamrl.envs.alfworld_real",
     "math_tir": "streamrl.envs.math_tir",

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from streamrl.envs import Env, StepResult, make
+from streamrl.envs import Env, StepResult, make, make_parser
 from streamrl.policy.api import GenerationRequest, GenerationResult
 from streamrl.policy.modeling import enable_gradient_checkpointing
 from streamrl.policy.scoring import forward_for_loss
@@ -151,7 +151,8 @@ async def collect_demonstrations(config: Config, policy: Any) -> list[Trajectory
     """Play ``config.sft.demos`` demonstrations (train split, after the RL prompt pool) to the
     environment's own step cap (the RL turn cap does not apply to demonstrations)."""
     sft = config.sft
-    require_think = bool(config.env.parser.get("require_think", True))
+    # demonstrations are written the way the configured parser reads actions
+    require_think = bool(getattr(make_parser(config.env.name, **config.env.parser), "require_think", False))
     replays: dict[str, list[str]] = {}
     if sft.source in ("expert", "search_expert"):
         probe = make(config.env.name, **config.env.options)
