@@ -244,3 +244,47 @@ def test_spo_pp_bad_input_names_the_problem():
         tracker.record("x", 0.0, 1.0, ("a", 1))
     with pytest.raises(ValueError, match="retention"):
         EventTimeTracker(retention=1.0)
+
+
+@pytest.mark.parametrize("registered_first", [False, True])
+def test_spo_pp_5_7_4_unregistered_prompt_is_order_invariant(registered_first):
+    """A prompt only ever met through ``record`` (never dispatched by this tracker, e.g. restored
+    in-flight requests): its unseen prior is anchored at its first registration, the earliest
+    event among its results, whatever order they arrive in (§5.5, §5.7.4)."""
+    import itertools
+
+    results = [(0.0, 1.0, "a"), (2 * DZ, 0.0, "b"), (5 * DZ, 1.0, "c"), (5 * DZ, 0.25, "d")]
+
+    def final(order):
+        tracker = EventTimeTracker()
+        for _ in range(6):
+            tracker.publish()
+        for other_z, reward, rid in order:
+            tracker.record("fresh", other_z, reward, rid)
+            tracker.record("known", other_z, reward, "k" + rid)  # anchored by its own dispatch
+        if registered_first:
+            tracker.dispatch("fresh")  # freezes the anchor: later records no longer move it
+            tracker.record("fresh", 0.0, 0.5, "late")
+        return tracker
+
+    first = final(results)
+    expected = _expected_unseen(results + ([(0.0, 0.5, "late")] if registered_first else []), anchor=0.0, z=first.z)
+    for order in itertools.permutations(results):
+        tracker = final(list(order))
+        read = tracker.read_full("fresh")
+        assert read.v_hat == pytest.approx(first.read("fresh"), rel=1e-12, abs=0)
+        assert read.n_eff == pytest.approx(first.n_eff("fresh"), rel=1e-12)
+        assert (read.v_hat, read.n_eff) == (pytest.approx(expected[0], rel=1e-12), pytest.approx(expected[1], rel=1e-12))
+    # the state (with its floating anchor) survives a checkpoint round trip
+    restored = EventTimeTracker()
+    restored.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    for tracker in (first, restored):
+        tracker.record("fresh", -1.0, 1.0, "older")
+    assert restored.read_full("fresh") == first.read_full("fresh")
+
+
+def _expected_unseen(results, anchor, z):
+    """The §5.2 list form for a 0.5/0.5 prior anchored at ``anchor``, read at ``z``."""
+    alpha = 0.5 * math.exp(-(z - anchor)) + sum(math.exp(-(z - zi)) * r for zi, r, _ in results)
+    beta = 0.5 * math.exp(-(z - anchor)) + sum(math.exp(-(z - zi)) * (1 - r) for zi, r, _ in results)
+    return alpha / (alpha + beta), alpha + beta

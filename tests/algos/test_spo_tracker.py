@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from streamrl.algos import SPOTracker, forgetting_factor, offline_prior, sampling_weight, spo_advantages
@@ -114,10 +114,17 @@ def test_spo_4_5_5_global_normalisation_of_spo_advantages():
 
 @settings(max_examples=60, deadline=None)
 @given(v=st.floats(0.0, 1.0), n=st.floats(0.01, 100.0), gamma=st.floats(0.0, 1.0), eps_s=st.floats(0.0, 0.2))
+@example(v=4.9e-22, n=0.01, gamma=1.0, eps_s=0.0)  # the draw that failed a fresh clone's make test
 def test_spo_4_5_6_sampler_weights(v, n, gamma, eps_s):
-    w = sampling_weight(v, n, eps_s, gamma)
+    # symmetry in v and 1 - v, for a pair whose complement is exact: 1 - v rounds for small v
+    # (v = 4.9e-22 gives 1 - v == 1.0), but 1 - hi is exact for hi >= 0.5 (Sterbenz)
+    hi = v if v >= 0.5 else 1.0 - v
+    lo = 1.0 - hi
+    assert 1.0 - lo == hi
+    w = sampling_weight(lo, n, eps_s, gamma)
     assert w >= eps_s
-    assert sampling_weight(1.0 - v, n, eps_s, gamma) == pytest.approx(w, rel=1e-9, abs=1e-9)  # 1 - v rounds
+    assert sampling_weight(hi, n, eps_s, gamma) == pytest.approx(w, rel=1e-12, abs=1e-15)
+    assert sampling_weight(v, n, eps_s, gamma) >= eps_s
     if gamma == 0.0:
         assert sampling_weight(0.5, n, eps_s, 0.0) >= w
 

@@ -70,6 +70,9 @@ class EventTimeTracker(BetaPromptMemory):
         self._z = 0.0
         # prompt id -> [a, b, zref] (compact form)
         self._state: dict[PromptId, list[float]] = {}
+        #: prompts first met through ``record`` (never dispatched here): their prior's anchor, the
+        #: earliest event among their results so far (it moves down when an older result arrives)
+        self._floating: dict[PromptId, float] = {}
         self._seen: set[str | int] = set()
 
     # -- clock --------------------------------------------------------------------------------
@@ -98,8 +101,10 @@ class EventTimeTracker(BetaPromptMemory):
         self._state[prompt_id] = [alpha, beta, 0.0]
 
     def register(self, prompt_id: PromptId, z: float | None = None) -> None:
-        """Give an unseen prompt the unseen prior anchored at ``z`` (default: now). No-op if known."""
+        """Give an unseen prompt the unseen prior anchored at ``z`` (default: now). No-op if known
+        (but it fixes the anchor of a prompt so far only met through ``record``)."""
         check_id("prompt", prompt_id)
+        self._floating.pop(prompt_id, None)
         if prompt_id not in self._state:
             alpha, beta = self._unseen_counts()
             self._state[prompt_id] = [alpha, beta, self._z if z is None else float(z)]
@@ -147,8 +152,11 @@ class EventTimeTracker(BetaPromptMemory):
     def record(self, prompt_id: PromptId, z: float, reward: float, request_id: str | int) -> bool:
         """Store one result at the coordinate ``z`` of the snapshot that served its request.
 
-        A repeated ``request_id`` is ignored (returns False). A prompt never registered is
-        registered at ``z`` (the event of its request). Returns True when the evidence was stored.
+        A repeated ``request_id`` is ignored (returns False). A prompt never registered gets the
+        unseen prior anchored at its first registration (§5.5), which for a prompt met only through
+        its results is the earliest event among them: the anchor follows the oldest ``z`` recorded
+        so far, so the memory does not depend on the order the results arrive in (§5.7.4). Its
+        first dispatch fixes the anchor. Returns True when the evidence was stored.
         """
         check_id("prompt", prompt_id)
         check_id("request", request_id)
@@ -158,7 +166,12 @@ class EventTimeTracker(BetaPromptMemory):
         if not math.isfinite(z):
             raise ValueError(f"z must be finite, got {z!r}")
         unit = self.to_unit(reward)
-        self.register(prompt_id, z)
+        if prompt_id not in self._state:
+            alpha, beta = self._unseen_counts()
+            self._state[prompt_id] = [alpha, beta, z]
+            self._floating[prompt_id] = z
+        elif z < self._floating.get(prompt_id, z):
+            self._move_prior(prompt_id, z)
         entry = self._state[prompt_id]
         if z > entry[2]:
             shrink = math.exp(-(z - entry[2]))
@@ -171,6 +184,15 @@ class EventTimeTracker(BetaPromptMemory):
         self._seen.add(request_id)
         return True
 
+    def _move_prior(self, prompt_id: PromptId, z: float) -> None:
+        """Re-anchor a floating unseen prior from its anchor down to the older event ``z``."""
+        entry, old = self._state[prompt_id], self._floating[prompt_id]
+        alpha, beta = self._unseen_counts()
+        moved = math.exp(-(entry[2] - z)) - math.exp(-(entry[2] - old))  # <= 0: older weighs less
+        entry[0] = max(entry[0] + moved * alpha, 0.0)
+        entry[1] = max(entry[1] + moved * beta, 0.0)
+        self._floating[prompt_id] = z
+
     # -- persistence --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state: clock, compact memories and the seen request ids."""
@@ -178,6 +200,7 @@ class EventTimeTracker(BetaPromptMemory):
             "z": self._z,
             "prompts": [[pid, a, b, zref] for pid, (a, b, zref) in self._state.items()],
             "seen_request_ids": list(self._seen),
+            "floating": [[pid, z] for pid, z in self._floating.items()],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -200,6 +223,13 @@ class EventTimeTracker(BetaPromptMemory):
             raise ValueError("EventTimeTracker state 'seen_request_ids' must be a list")
         for request_id in seen:
             check_id("request", request_id)
+        floating = {}
+        for row in state.get("floating", []):  # absent in states saved before it existed
+            if not (isinstance(row, (list, tuple)) and len(row) == 2 and row[0] in restored
+                    and isinstance(row[1], (int, float)) and math.isfinite(row[1])):
+                raise ValueError(f"EventTimeTracker state 'floating' row must be [known id, z], got {row!r}")
+            floating[row[0]] = float(row[1])
         self._z = z
         self._state = restored
+        self._floating = floating
         self._seen = set(seen)
