@@ -58,3 +58,28 @@ def test_keeps_only_the_newest(tmp_path):
     for step in range(1, 5):
         save_checkpoint(tmp_path, step, {"step": step}, _write(bytes([step])), keep=2)
     assert [c.step for c in list_checkpoints(tmp_path)] == [4, 3]
+
+
+def _corrupt(checkpoint):
+    (checkpoint.path / "weights.bin").write_bytes(b"\xff" * len((checkpoint.path / "weights.bin").read_bytes()))
+
+
+def test_corrupt_checkpoints_never_push_out_valid_ones(tmp_path):
+    """Issue 12: every checkpoint corrupt, the resumed run's new ones must survive their pruning."""
+    for step in (10, 20):
+        _corrupt(save_checkpoint(tmp_path, step, {"step": step}, _write(bytes([step])), keep=2))
+    assert latest_valid(tmp_path, warn=lambda _: None) is None  # the run resumes from scratch
+    save_checkpoint(tmp_path, 1, {"step": 1}, _write(b"one"), keep=2)
+    assert latest_valid(tmp_path, warn=lambda _: None).step == 1  # not pruned by the corrupt 10 and 20
+    save_checkpoint(tmp_path, 2, {"step": 2}, _write(b"two"), keep=2)
+    save_checkpoint(tmp_path, 3, {"step": 3}, _write(b"three"), keep=2)
+    assert [c.step for c in list_checkpoints(tmp_path)] == [3, 2]  # the newest valid ones
+    assert latest_valid(tmp_path).state() == {"step": 3}
+
+
+def test_a_corrupt_checkpoint_between_valid_ones_does_not_count(tmp_path):
+    save_checkpoint(tmp_path, 1, {"step": 1}, _write(b"one"), keep=2)
+    _corrupt(save_checkpoint(tmp_path, 2, {"step": 2}, _write(b"two"), keep=2))
+    save_checkpoint(tmp_path, 3, {"step": 3}, _write(b"three"), keep=2)
+    assert [c.step for c in list_checkpoints(tmp_path)] == [3, 1]
+    assert all(verify(c.path) is None for c in list_checkpoints(tmp_path))

@@ -5,6 +5,9 @@ A checkpoint is a folder ``step_00000012/`` written under a temporary name, fsyn
 checkpoints newest first and uses the first whose manifest verifies; a corrupt or partial one is
 reported and skipped. A SIGKILL at any moment therefore leaves either the previous checkpoint or
 the new one, never a half-written state that is mistaken for complete.
+
+Pruning keeps the ``keep`` newest checkpoints that *verify* (the one just written among them) and
+removes the rest, corrupt ones included: a corrupt checkpoint never takes the place of a valid one.
 """
 
 from __future__ import annotations
@@ -83,8 +86,9 @@ def save_checkpoint(
         shutil.rmtree(final)
     os.replace(tmp, final)
     _fsync_dir(root)
-    _prune(root, keep)
-    return Checkpoint(final, step)
+    written = Checkpoint(final, step)
+    _prune(root, keep, written)
+    return written
 
 
 def verify(path: Path) -> str | None:
@@ -126,8 +130,14 @@ def latest_valid(root: Path, warn: Callable[[str], None] = print) -> Checkpoint 
     return None
 
 
-def _prune(root: Path, keep: int) -> None:
-    for checkpoint in list_checkpoints(root)[keep:]:
+def _prune(root: Path, keep: int, written: Checkpoint) -> None:
+    """Keep the ``keep`` newest valid checkpoints (``written`` is valid by construction); older
+    ones are removed unverified once enough valid ones are kept, corrupt ones always."""
+    kept = 0
+    for checkpoint in list_checkpoints(root):
+        if kept < keep and (checkpoint == written or verify(checkpoint.path) is None):
+            kept += 1
+            continue
         shutil.rmtree(checkpoint.path, ignore_errors=True)
     for stale in root.glob(".tmp-*"):
         if not stale.name.endswith(f"-{os.getpid()}"):
