@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from streamrl.envs.base import ActionParser, StepResult
+from streamrl.envs.base import ActionParser, AsyncEnv, StepResult
 from streamrl.policy.api import GenerationResult, SamplingParams
 from streamrl.policy.scripted import ScriptedEngine
 from streamrl.rollout import EpisodeSettings
@@ -229,3 +229,52 @@ def test_run_episodes_plays_each_task_once_in_order_and_cleans_up():
     assert len({t.request_id for t in results}) == len(tasks)
     assert 2 <= len(built) <= 4  # environments are reused, failed ones replaced
     assert all(env.closed for env in built) and env_threads() == []
+
+
+@pytest.mark.parametrize(
+    "token_ids, message",
+    [([5, 300], "outside the vocabulary"), ([5, 7], "banned"), ([True], "non-negative ints")],
+)
+def test_engine_ids_outside_the_action_vocabulary_end_the_episode(token_ids, message):
+    """Issue 12: value-token or out-of-vocabulary ids must end the episode here, not crash the learner."""
+    from streamrl.rollout import EpisodeRunner
+
+    from .rollout_toys import ToyParser, ToyPromptBuilder, make_record
+
+    engine = _FixedEngine(lambda request: GenerationResult(
+        request_id=request.request_id, token_ids=list(token_ids), logprobs=[-0.1] * len(token_ids),
+        finish_reason="stop", policy_version=0,
+    ))
+    runner = EpisodeRunner(engine, engine.codec, ToyParser(), ToyPromptBuilder(), vocab_size=300, banned_token_ids=(7,))
+    env = ToyEnv()
+    try:
+        trajectory = asyncio.run(runner.run(AsyncEnv(env), make_record("t:2")))
+    finally:
+        env.close()
+    assert trajectory.end_reason == "engine_error" and trajectory.outcome is None and trajectory.turns == []
+    assert message in trajectory.error
+
+
+def test_the_policy_codec_supplies_its_vocabulary_and_banned_value_tokens():
+    from streamrl.policy.loading import load_policy
+    from streamrl.rollout import EpisodeRunner
+
+    from .rollout_toys import ToyParser, ToyPromptBuilder, make_record
+
+    policy = load_policy("tiny")
+    assert policy.value_token_ids is not None
+    runner = EpisodeRunner(ScriptedEngine(ok_policy), policy, ToyParser(), ToyPromptBuilder())
+    assert runner.vocab_size == policy.model.get_output_embeddings().weight.shape[0]
+    assert set(policy.value_token_ids) <= runner.banned_token_ids
+    for bad in (policy.value_token_ids[0], runner.vocab_size):
+        engine = _FixedEngine(lambda request, bad=bad: GenerationResult(
+            request_id=request.request_id, token_ids=[policy.end_of_turn_id, bad][::-1], logprobs=[-0.5, -0.5],
+            finish_reason="stop", policy_version=0,
+        ))
+        runner.engine = engine
+        env = ToyEnv()
+        try:
+            trajectory = asyncio.run(runner.run(AsyncEnv(env), make_record("t:2")))
+        finally:
+            env.close()
+        assert trajectory.end_reason == "engine_error" and trajectory.turns == [], trajectory.error

@@ -67,6 +67,12 @@ class Policy:
     def dtype(self) -> Any:
         return next(self.model.parameters()).dtype
 
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the LM head: every id a generation engine can return lies below this."""
+        head = self.model.get_output_embeddings()
+        return int(head.weight.shape[0]) if head is not None else int(self.model.config.vocab_size)
+
     def trainable_parameters(self) -> list[Any]:
         return [p for p in self.model.parameters() if p.requires_grad]
 

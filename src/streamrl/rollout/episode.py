@@ -9,9 +9,10 @@ weights between two turns, the trajectory straddles versions and says so turn by
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Awaitable, TypeVar
+from typing import Any, Awaitable, Iterable, TypeVar
 
 from streamrl.envs.base import ActionParser, AsyncEnv, PromptBuilder, StepResult
 from streamrl.policy.api import ChatCodec, GenerationRequest, GenerationResult, InferenceEngine, SamplingParams
@@ -82,7 +83,13 @@ class _EpisodeEnded(Exception):
 
 
 class EpisodeRunner:
-    """Plays episodes against one engine with one parser, prompt builder and codec."""
+    """Plays episodes against one engine with one parser, prompt builder and codec.
+
+    Every engine result is checked before it enters the trajectory (``_malformed``): one id per
+    log-prob, ids in ``[0, vocab_size)`` and none of ``banned_token_ids`` (SAPO's value tokens,
+    vocabulary padding). Both default to the codec's own (``Policy.vocab_size``,
+    ``Policy.banned_token_ids``); a codec without them leaves that check off.
+    """
 
     def __init__(
         self,
@@ -91,12 +98,18 @@ class EpisodeRunner:
         parser: ActionParser,
         prompt_builder: PromptBuilder,
         settings: EpisodeSettings | None = None,
+        *,
+        vocab_size: int | None = None,
+        banned_token_ids: Iterable[int] | None = None,
     ):
         self.engine = engine
         self.codec = codec
         self.parser = parser
         self.prompt_builder = prompt_builder
         self.settings = settings or EpisodeSettings()
+        self.vocab_size = vocab_size if vocab_size is not None else getattr(codec, "vocab_size", None)
+        banned = banned_token_ids if banned_token_ids is not None else getattr(codec, "banned_token_ids", ())
+        self.banned_token_ids = frozenset(int(i) for i in banned or ())
         sampling = self.settings.sampling
         end = codec.end_of_turn_id
         if end not in sampling.stop_token_ids:
@@ -266,7 +279,7 @@ class EpisodeRunner:
             ) from None
         except Exception as error:
             raise _EpisodeEnded("engine_error", f"generate raised {type(error).__name__}: {error}") from None
-        problem = _malformed(result, self._sampling.max_new_tokens)
+        problem = _malformed(result, self._sampling.max_new_tokens, self.vocab_size, self.banned_token_ids)
         if problem:
             raise _EpisodeEnded("engine_error", problem)
         if result.finish_reason == "abort":
@@ -285,7 +298,9 @@ def _malformed_step(step: Any) -> str | None:
     return None
 
 
-def _malformed(result: Any, max_new_tokens: int) -> str | None:
+def _malformed(
+    result: Any, max_new_tokens: int, vocab_size: int | None = None, banned: frozenset[int] = frozenset()
+) -> str | None:
     """Why an engine result cannot be trained on, or None when it is sound."""
     if not isinstance(result, GenerationResult):
         return f"generate returned {type(result).__name__}, not GenerationResult"
@@ -293,12 +308,22 @@ def _malformed(result: Any, max_new_tokens: int) -> str | None:
         return f"engine reported an error: {result.error or 'finish_reason=error'}"
     if result.finish_reason not in ("stop", "length", "abort"):
         return f"unknown finish_reason {result.finish_reason!r}"
+    if not isinstance(result.token_ids, (list, tuple)) or not isinstance(result.logprobs, (list, tuple)):
+        return "token_ids and logprobs must be lists"
     if len(result.token_ids) != len(result.logprobs):
         return f"{len(result.token_ids)} token ids but {len(result.logprobs)} logprobs"
     if len(result.token_ids) > max_new_tokens:
         return f"{len(result.token_ids)} tokens exceed max_new_tokens={max_new_tokens}"
-    if not all(isinstance(token, int) and token >= 0 for token in result.token_ids):
+    if not all(isinstance(token, int) and not isinstance(token, bool) and token >= 0 for token in result.token_ids):
         return "token ids must be non-negative ints"
+    if vocab_size is not None and any(token >= vocab_size for token in result.token_ids):
+        bad = next(token for token in result.token_ids if token >= vocab_size)
+        return f"token id {bad} is outside the vocabulary (size {vocab_size})"
+    if banned and not banned.isdisjoint(result.token_ids):
+        bad = next(token for token in result.token_ids if token in banned)
+        return f"token id {bad} is banned (value tokens and padding are never sampled)"
+    if not all(isinstance(lp, numbers.Real) and not isinstance(lp, bool) for lp in result.logprobs):
+        return "logprobs must be numbers"
     if not all(math.isfinite(lp) and lp <= 1e-6 for lp in result.logprobs):
         return "logprobs must be finite and <= 0"
     if not isinstance(result.policy_version, int):
