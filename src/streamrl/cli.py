@@ -229,12 +229,17 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_libraries()
     from streamrl.envs import UnknownEnvironmentError
     from streamrl.policy.errors import MissingDependencyError, PolicyLoadError
+    from streamrl.rollout import DeadEnvironmentError
+    from streamrl.train.errors import TrainingError
 
     try:
         return args.func(args)
     except (CLIError, ConfigError, PolicyLoadError, MissingDependencyError, UnknownEnvironmentError, FileNotFoundError) as error:
         print(f"streamrl {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except (TrainingError, DeadEnvironmentError) as error:  # training stopped itself: one line, status 1
+        print(f"streamrl {args.command}: error: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -51,7 +51,7 @@ Evaluation, outside the training stream::
 ``streamrl.policy.scripted`` has a scripted engine and a character-level codec for dry runs.
 """
 
-from streamrl.rollout.dispatcher import Rollout, RolloutError, RolloutSettings, RolloutStalledError
+from streamrl.rollout.dispatcher import DeadEnvironmentError, Rollout, RolloutError, RolloutSettings, RolloutStalledError
 from streamrl.rollout.episode import EpisodeRunner, EpisodeSettings
 from streamrl.rollout.evaluate import run_episodes
 from streamrl.rollout.events import EventLog, read_events, replay
@@ -87,6 +87,7 @@ __all__ = [
     "RolloutError",
     "RolloutSettings",
     "RolloutStalledError",
+    "DeadEnvironmentError",
     "TrainingSample",
     "Trajectory",
     "Turn",

@@ -32,7 +32,7 @@ from streamrl.rollout.episode import EpisodeRunner, EpisodeSettings
 from streamrl.rollout.events import EventLog
 from streamrl.rollout.sources import DispatchMeta, PromptSource
 from streamrl.rollout.staleness import admission_capacity, is_stale, sample_lag
-from streamrl.rollout.trajectory import DispatchRecord, Trajectory
+from streamrl.rollout.trajectory import ENV_FAULT_END_REASONS, DispatchRecord, Trajectory
 
 Mode = Literal["stream", "group"]
 STATE_FORMAT = 1
@@ -48,6 +48,10 @@ class RolloutError(RuntimeError):
 
 class RolloutStalledError(RolloutError):
     """Nothing is in flight and nothing may be dispatched, so the requested batch cannot fill."""
+
+
+class DeadEnvironmentError(RolloutError):
+    """Episode after episode ended in an environment error: training on would learn nothing."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,11 @@ class RolloutSettings:
     request_prefix: str = "req"
     #: how long close() waits for environment threads and closers
     shutdown_timeout_s: float = 5.0
+    #: the rollout stops with ``DeadEnvironmentError`` after this many episodes in a row ended in
+    #: an environment fault (env_error, env_timeout), or a batch holds nothing else; None: batch_size
+    max_env_faults_in_row: int | None = None
+    #: names the environment in that error
+    env_name: str = "environment"
     episode: EpisodeSettings = field(default_factory=EpisodeSettings)
 
     def __post_init__(self) -> None:
@@ -99,11 +108,17 @@ class RolloutSettings:
             fail("max_staleness", f"must be >= 0 or None, got {self.max_staleness}")
         if self.shutdown_timeout_s <= 0:
             fail("shutdown_timeout_s", f"must be > 0, got {self.shutdown_timeout_s}")
+        if self.max_env_faults_in_row is not None and self.max_env_faults_in_row < 1:
+            fail("max_env_faults_in_row", f"must be >= 1 or None, got {self.max_env_faults_in_row}")
 
     @property
     def unit(self) -> int:
         """Episodes per dispatch."""
         return self.group_size if self.mode == "group" else 1
+
+    @property
+    def env_fault_limit(self) -> int:
+        return self.max_env_faults_in_row or self.batch_size
 
 
 @dataclass
@@ -158,6 +173,7 @@ class Rollout:
         self._finished_ids: set[str] = set()
         self._reissue: list[DispatchRecord] = []
         # live state
+        self._env_faults: list[Trajectory] = []  # the current run of environment faults
         self._inflight: dict[str, _InFlight] = {}
         self._prompt_load: Counter[str] = Counter()
         self._group_timers: dict[str, asyncio.TimerHandle] = {}
@@ -210,6 +226,9 @@ class Rollout:
             await self._arrived.wait()
         self._raise_if_stopped()
         batch = self._buffer.pop(size)
+        if all(t.end_reason in ENV_FAULT_END_REASONS for t in batch):
+            self._fail(self._dead_environment(batch))
+            self._raise_if_stopped()
         for trajectory in batch:
             trajectory.lag = sample_lag(self._learner_version, trajectory.behaviour_version)
             trajectory.excluded_from_loss = is_stale(trajectory.lag, self.settings.max_staleness)
@@ -470,6 +489,7 @@ class Rollout:
             closed = None
         self._finished_ids.add(request_id)
         self._end_reasons[trajectory.end_reason] += 1
+        self._count_env_fault(trajectory)
         self._log.write(
             "result",
             request_id=request_id,
@@ -529,12 +549,29 @@ class Rollout:
 
     # -- failure -----------------------------------------------------------------------------
 
+    def _count_env_fault(self, trajectory: Trajectory) -> None:
+        if trajectory.end_reason not in ENV_FAULT_END_REASONS:
+            self._env_faults = []
+            return
+        self._env_faults.append(trajectory)
+        if len(self._env_faults) >= self.settings.env_fault_limit:
+            self._fail(self._dead_environment(self._env_faults))
+
+    def _dead_environment(self, faults: list[Trajectory]) -> DeadEnvironmentError:
+        first = faults[0]
+        return DeadEnvironmentError(
+            f"environment {self.settings.env_name!r} is failing: {len(faults)} episodes in a row ended in "
+            f"{'/'.join(sorted({t.end_reason for t in faults}))}; the first: {first.error or first.end_reason}"
+        )
+
     def _fail(self, error: BaseException) -> None:
         if self._error is None:
             self._error = error
         self._arrived.set()
 
     def _raise_if_stopped(self) -> None:
+        if isinstance(self._error, DeadEnvironmentError):
+            raise DeadEnvironmentError(str(self._error)) from None
         if self._error is not None:
             raise RolloutError(f"the rollout stopped: {type(self._error).__name__}: {self._error}") from self._error
         if self._closed:

@@ -22,6 +22,9 @@ async def bounded(awaitable: Awaitable[T], timeout: float | None) -> T:
     if timeout is None:
         return await awaitable
     task = asyncio.ensure_future(awaitable)
+    # a call that fails just as the caller is cancelled is never awaited again: mark its
+    # exception retrieved so asyncio does not log "Task exception was never retrieved"
+    task.add_done_callback(_retrieve)
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout)
     finally:
@@ -30,3 +33,8 @@ async def bounded(awaitable: Awaitable[T], timeout: float | None) -> T:
     if not done:
         raise CallTimedOut
     return task.result()
+
+
+def _retrieve(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()

@@ -20,6 +20,7 @@ from streamrl.rollout import Rollout, RolloutSettings
 from streamrl.rollout.evaluate import run_episodes
 from streamrl.train.algorithms import make_learner
 from streamrl.train.config import Config
+from streamrl.train.errors import TrainingError
 from streamrl.train.evaluate import episode_runner, episode_settings, evaluate
 from streamrl.train.progress import Progress
 from streamrl.train.report import write_report
@@ -78,7 +79,7 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ec
         settings=RolloutSettings(
             mode=learner.rollout_mode, concurrency=config.rollout.concurrency, batch_size=config.train.batch_size,
             group_size=getattr(config.algo, "group_size", 1), max_staleness=config.rollout.max_staleness,
-            seed=config.train.seed, episode=episode_settings(config),
+            seed=config.train.seed, env_name=config.env.name, episode=episode_settings(config),
         ),
         event_log=ws.events_path(state),
     )
@@ -88,7 +89,8 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ec
     try:
         async with rollout:
             while run.step < config.train.steps:
-                batch = await rollout.next_batch()
+                batch = await rollout.next_batch()  # a dead environment stops here (DeadEnvironmentError)
+                require_outcomes(batch, run.step + 1)
                 metrics = await asyncio.to_thread(_with_threads, learner_threads, learner.step, batch)
                 run.advance(batch)
                 engine.update_weights(policy.state_dict_for_engine(), run.version)
@@ -142,6 +144,16 @@ def thread_split(config: Config) -> tuple[int, int]:
     cores = os.cpu_count() or 2
     learner = config.model.threads or max(1, cores // 2)
     return learner, config.rollout.engine_threads or max(1, cores - learner)
+
+
+def require_outcomes(batch: list[Any], step: int) -> None:
+    """Never train on an empty batch: one in which every episode crashed stops training."""
+    if batch and all(t.outcome is None for t in batch):
+        first = batch[0]
+        raise TrainingError(
+            f"step {step}: all {len(batch)} episodes of the batch crashed ({first.end_reason}: {first.error}); "
+            "nothing to train on"
+        )
 
 
 def _with_threads(threads: int, fn: Any, *args: Any) -> Any:
