@@ -12,10 +12,35 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 AggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLKind = Literal["k1", "k2", "k3"]
+
+
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    return value
+
+
+#: a float that a boolean never coerces into (``true`` would otherwise read as 1.0); counts are
+#: ``StrictInt`` for the same reason (``train.steps=true`` is an error, not 1 step)
+Float = Annotated[float, BeforeValidator(_not_bool)]
+#: the largest learning rate accepted anywhere: far above any useful one, low enough that a typo
+#: (``1e30``, ``.inf``) is refused before training instead of turning every weight into NaN
+MAX_LR = 1.0
+MAX_TASKS = 1_000_000
 
 
 class ConfigError(ValueError):
@@ -23,7 +48,8 @@ class ConfigError(ValueError):
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    #: no NaN or infinity anywhere (a null disables what can be disabled)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -32,21 +58,21 @@ class Section(BaseModel):
 
 
 class PolicyLossConfig(Section):
-    clip_low: float = Field(0.2, ge=0.0, lt=1.0)
-    clip_high: float = Field(0.28, ge=0.0)
+    clip_low: Float = Field(0.2, ge=0.0, lt=1.0)
+    clip_high: Float = Field(0.28, ge=0.0)
     #: dual-clip constant c (> 1) for negative advantages; null disables it
-    dual_clip: float | None = None
+    dual_clip: Float | None = None
     #: truncated importance-sampling cap against the rollout log-probs; null disables TIS
-    tis_cap: float | None = None
+    tis_cap: Float | None = None
     agg: AggMode = "token-mean"
     #: Dr.GRPO's constant length for ``seq-mean-token-sum-norm`` (null: the longest response)
-    norm_length: int | None = None
-    kl_coef: float = Field(0.0, ge=0.0)
+    norm_length: StrictInt | None = None
+    kl_coef: Float = Field(0.0, ge=0.0)
     kl_estimator: KLKind = "k3"
-    entropy_coef: float = Field(0.0, ge=0.0)
+    entropy_coef: Float = Field(0.0, ge=0.0)
     #: PPO epochs over each learner batch, and mini-batches (optimiser steps) per epoch
-    epochs: int = Field(1, ge=1)
-    mini_batches: int = Field(1, ge=1)
+    epochs: StrictInt = Field(1, ge=1)
+    mini_batches: StrictInt = Field(1, ge=1)
 
     @field_validator("dual_clip")
     @classmethod
@@ -67,15 +93,15 @@ class SPOConfig(PolicyLossConfig):
     """SPO: KL-adaptive Beta tracker, trajectory whitening, dual-clip c=10 (algorithms.md s4)."""
 
     name: Literal["spo"] = "spo"
-    dual_clip: float | None = 10.0
+    dual_clip: Float | None = 10.0
     norm_measure: Literal["traj", "token"] = "traj"
-    rho_min: float = Field(0.875, gt=0.0, lt=1.0)
-    rho_max: float = Field(0.96, gt=0.0, lt=1.0)
-    d_half: float = Field(0.06, gt=0.0)
+    rho_min: Float = Field(0.875, gt=0.0, lt=1.0)
+    rho_max: Float = Field(0.96, gt=0.0, lt=1.0)
+    d_half: Float = Field(0.06, gt=0.0)
     #: offline initialisation: rollouts per prompt under the initial policy (0 = unseen prior)
-    offline_samples: int = Field(0, ge=0)
-    sampler_eps: float = Field(0.05, ge=0.0)
-    sampler_gamma: float = Field(0.0, ge=0.0)
+    offline_samples: StrictInt = Field(0, ge=0)
+    sampler_eps: Float = Field(0.05, ge=0.0)
+    sampler_gamma: Float = Field(0.0, ge=0.0)
 
     @model_validator(mode="after")
     def _rho_order(self) -> SPOConfig:
@@ -88,35 +114,35 @@ class SPOPlusPlusConfig(PolicyLossConfig):
     """SPO++: event-time memory, token-measure normalisation, dual-clip c=2, TIS<=2 (s5)."""
 
     name: Literal["spo++"] = "spo++"
-    dual_clip: float | None = 2.0
-    tis_cap: float | None = 2.0
+    dual_clip: Float | None = 2.0
+    tis_cap: Float | None = 2.0
     norm_measure: Literal["token", "traj"] = "token"
     #: "event_time" freezes baselines at dispatch (SPO++); "receipt" reads them when the learner
     #: receives the result and absorbs evidence in receipt order (the ablation "minus event-time memory")
     memory: Literal["event_time", "receipt"] = "event_time"
-    retention: float = Field(0.875, gt=0.0, lt=1.0)
-    offline_samples: int = Field(0, ge=0)
-    sampler_eps: float = Field(0.05, ge=0.0)
-    sampler_gamma: float = Field(0.0, ge=0.0)
+    retention: Float = Field(0.875, gt=0.0, lt=1.0)
+    offline_samples: StrictInt = Field(0, ge=0)
+    sampler_eps: Float = Field(0.05, ge=0.0)
+    sampler_gamma: Float = Field(0.0, ge=0.0)
 
 
 class GRPOConfig(PolicyLossConfig):
     """GRPO / Dr.GRPO: synchronous groups, group-relative advantages (s2)."""
 
     name: Literal["grpo"] = "grpo"
-    clip_high: float = Field(0.2, ge=0.0)
-    group_size: int = Field(8, ge=2)
+    clip_high: Float = Field(0.2, ge=0.0)
+    group_size: StrictInt = Field(8, ge=2)
     #: false = Dr.GRPO (no std division; pair it with agg: seq-mean-token-sum-norm)
-    scale_by_std: bool = True
+    scale_by_std: StrictBool = True
 
 
 class ValueConfig(PolicyLossConfig):
     """Turn-level GAE settings shared by PPO (separate critic) and SAPO (value tokens)."""
 
-    clip_high: float = Field(0.2, ge=0.0)
-    gamma: float = Field(0.99, ge=0.0, le=1.0)
-    lam: float = Field(0.95, ge=0.0, le=1.0)
-    value_clip: float = Field(0.5, gt=0.0)
+    clip_high: Float = Field(0.2, ge=0.0)
+    gamma: Float = Field(0.99, ge=0.0, le=1.0)
+    lam: Float = Field(0.95, ge=0.0, le=1.0)
+    value_clip: Float = Field(0.5, gt=0.0)
     truncation: Literal["terminal", "bootstrap"] = "terminal"
 
 
@@ -124,8 +150,8 @@ class PPOConfig(ValueConfig):
     """PPO with a separate critic model and turn-level GAE (s3)."""
 
     name: Literal["ppo"] = "ppo"
-    critic_lr: float = Field(1e-5, gt=0.0)
-    critic_warmup: int = Field(0, ge=0)
+    critic_lr: Float = Field(1e-5, gt=0.0, le=MAX_LR)
+    critic_warmup: StrictInt = Field(0, ge=0)
     norm_measure: Literal["turn", "token", "none"] = "turn"
 
 
@@ -133,14 +159,14 @@ class SAPOConfig(ValueConfig):
     """SAPO: one model is policy, V and Q via two reserved value tokens (s6)."""
 
     name: Literal["sapo"] = "sapo"
-    kl_coef: float = Field(0.01, ge=0.0)
-    value_coef: float = Field(0.5, ge=0.0)
-    q_coef: float = Field(0.5, ge=0.0)
-    entropy_coef: float = Field(0.001, ge=0.0)
-    value_tau: float = Field(1.0, gt=0.0)
+    kl_coef: Float = Field(0.01, ge=0.0)
+    value_coef: Float = Field(0.5, ge=0.0)
+    q_coef: Float = Field(0.5, ge=0.0)
+    entropy_coef: Float = Field(0.001, ge=0.0)
+    value_tau: Float = Field(1.0, gt=0.0)
     value_squash: Literal["clip", "tanh"] = "clip"
     #: subtracted from a turn's advantage when its action format was invalid (units of r_max)
-    invalid_penalty: float = Field(0.1, ge=0.0)
+    invalid_penalty: Float = Field(0.1, ge=0.0)
     norm_measure: Literal["turn", "token"] = "turn"
 
 
@@ -157,9 +183,9 @@ ALGORITHMS = ("spo", "spo++", "grpo", "ppo", "sapo")
 
 
 class LoraConfig(Section):
-    r: int = Field(16, ge=1)
-    alpha: int = Field(32, ge=1)
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    r: StrictInt = Field(16, ge=1)
+    alpha: StrictInt = Field(32, ge=1)
+    dropout: Float = Field(0.0, ge=0.0, lt=1.0)
     target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
@@ -169,7 +195,7 @@ class ModelConfig(Section):
     dtype: Literal["float32", "bfloat16"] = "float32"
     device: str = "cpu"
     #: torch threads of the learner (null: half the cores; SFT alone uses all of them)
-    threads: int | None = Field(None, ge=1)
+    threads: StrictInt | None = Field(None, ge=1)
     lora: LoraConfig | None = None
     #: config overrides for built-in specs, e.g. {hidden_size: 128, num_hidden_layers: 2}
     overrides: dict[str, Any] = {}
@@ -177,7 +203,7 @@ class ModelConfig(Section):
     init_from: str | None = None
     #: recompute activations in the backward pass (policy and PPO's critic): far less training
     #: memory for about one more forward pass of learner time
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: StrictBool = False
 
 
 class EnvConfig(Section):
@@ -186,84 +212,86 @@ class EnvConfig(Section):
     #: options for the environment's prompt builder and action parser
     prompt: dict[str, Any] = {}
     parser: dict[str, Any] = {}
-    #: the training prompt pool: the first N task ids of the train split
-    train_tasks: int = Field(256, ge=1)
+    #: the training prompt pool: the first N task ids of the train split (at most MAX_TASKS: the
+    #: prompt source weighs the whole pool at every dispatch; memory is checked before the run too)
+    train_tasks: StrictInt = Field(256, ge=1, le=MAX_TASKS)
     #: evaluation split (null: the environment's own default) and how many of its tasks to use
     eval_split: str | None = None
-    eval_tasks: int | None = Field(None, ge=1)
+    eval_tasks: StrictInt | None = Field(None, ge=1)
 
 
 class RolloutConfig(Section):
-    concurrency: int = Field(32, ge=1)
+    concurrency: StrictInt = Field(32, ge=1)
     layout: Literal["per_step", "full_history"] = "per_step"
-    max_turns: int | None = Field(None, ge=1)
-    max_new_tokens: int = Field(48, ge=1)
-    max_context_tokens: int = Field(2048, ge=16)
-    temperature: float = Field(1.0, gt=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    max_staleness: int = Field(4, ge=0)
-    step_timeout_s: float = Field(60.0, gt=0.0)
+    max_turns: StrictInt | None = Field(None, ge=1)
+    max_new_tokens: StrictInt = Field(48, ge=1)
+    max_context_tokens: StrictInt = Field(2048, ge=16)
+    temperature: Float = Field(1.0, gt=0.0)
+    top_p: Float = Field(1.0, gt=0.0, le=1.0)
+    max_staleness: StrictInt = Field(4, ge=0)
+    step_timeout_s: Float = Field(60.0, gt=0.0)
     #: torch threads of the generation engine (null: the cores the learner leaves)
-    engine_threads: int | None = Field(None, ge=1)
+    engine_threads: StrictInt | None = Field(None, ge=1)
 
 
 class RewardConfig(Section):
-    scale: float = Field(1.0, gt=0.0)
+    scale: Float = Field(1.0, gt=0.0)
     #: subtracted from the outcome once per turn whose action format was invalid
-    invalid_format_penalty: float = Field(0.0, ge=0.0)
+    invalid_format_penalty: Float = Field(0.0, ge=0.0)
     #: subtracted once per well-formed action the environment could not carry out (alfworld's
     #: "Nothing happens."): denser credit for a policy that repeats impossible actions
-    ineffective_penalty: float = Field(0.0, ge=0.0)
+    ineffective_penalty: Float = Field(0.0, ge=0.0)
 
 
 class OptimConfig(Section):
-    lr: float = Field(1e-6, gt=0.0)
-    weight_decay: float = Field(0.0, ge=0.0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    grad_clip: float = Field(1.0, gt=0.0)
+    #: in (0, MAX_LR = 1.0]
+    lr: Float = Field(1e-6, gt=0.0, le=MAX_LR)
+    weight_decay: Float = Field(0.0, ge=0.0)
+    betas: tuple[Float, Float] = (0.9, 0.999)
+    grad_clip: Float = Field(1.0, gt=0.0)
     #: sequences per forward/backward; losses use global denominators across micro-batches
-    micro_batch_size: int = Field(8, ge=1)
+    micro_batch_size: StrictInt = Field(8, ge=1)
 
 
 class TrainConfig(Section):
-    steps: int = Field(50, ge=0)
+    steps: StrictInt = Field(50, ge=0)
     #: trajectories per learner step
-    batch_size: int = Field(32, ge=1)
-    seed: int = 0
-    eval_every: int = Field(0, ge=0)
-    eval_at_start: bool = True
-    checkpoint_every: int = Field(10, ge=0)
-    keep_checkpoints: int = Field(2, ge=1)
+    batch_size: StrictInt = Field(32, ge=1)
+    seed: StrictInt = 0
+    eval_every: StrictInt = Field(0, ge=0)
+    eval_at_start: StrictBool = True
+    checkpoint_every: StrictInt = Field(10, ge=0)
+    keep_checkpoints: StrictInt = Field(2, ge=1)
     #: learner micro-batch and reference-model switch
-    reference_model: bool = False
+    reference_model: StrictBool = False
 
 
 class SFTConfig(Section):
     #: "expert" (privileged planner), "search_expert", or a JSONL file of demonstrations
     source: str = "search_expert"
-    demos: int = Field(200, ge=0)
-    epochs: int = Field(2, ge=1)
-    lr: float = Field(1e-3, gt=0.0)
-    batch_size: int = Field(16, ge=1)
+    demos: StrictInt = Field(200, ge=0)
+    epochs: StrictInt = Field(2, ge=1)
+    lr: Float = Field(1e-3, gt=0.0, le=MAX_LR)
+    batch_size: StrictInt = Field(16, ge=1)
     #: drop a demo when it fails (demonstrations should be successes)
-    only_successes: bool = True
+    only_successes: StrictBool = True
 
 
 class EvalConfig(Section):
-    temperature: float = Field(1.0, gt=0.0)
-    greedy: bool = False
-    concurrency: int | None = Field(None, ge=1)
+    temperature: Float = Field(1.0, gt=0.0)
+    greedy: StrictBool = False
+    concurrency: StrictInt | None = Field(None, ge=1)
 
 
 class LoggingConfig(Section):
-    progress: bool = True
-    tensorboard: bool = True
+    progress: StrictBool = True
+    tensorboard: StrictBool = True
     wandb_project: str | None = None
     mlflow_experiment: str | None = None
     #: learner steps between training transcripts in samples.jsonl (0: none; evaluations always write theirs)
-    samples_every: int = Field(10, ge=0)
+    samples_every: StrictInt = Field(10, ge=0)
     #: trajectories written each time, successes and failures alternated
-    samples_per_step: int = Field(4, ge=1)
+    samples_per_step: StrictInt = Field(4, ge=1)
 
 
 class SandboxConfig(Section):

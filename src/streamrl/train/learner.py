@@ -10,6 +10,7 @@ Formulas live in ``streamrl.algos``; this module only assembles them.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from streamrl.policy.scoring import ScoreOutput, forward_for_loss, score
 from streamrl.rollout import PromptSource, Trajectory, UniformPromptSource
 from streamrl.train.batch import Batch, collate, micro_batches, shaped_turn_rewards
 from streamrl.train.config import Config
+from streamrl.train.errors import NonFiniteError
 
 
 @dataclass
@@ -264,12 +266,15 @@ class Learner:
                         loss = loss + extra
                     share.update(extra_share)
                     share["loss"] = float(loss.detach())
+                    check_finite_loss(self.steps_done + 1, share)
                     loss.backward()
                     for key, value in share.items():
                         shares[key] = shares.get(key, 0.0) + value
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.trainable_parameters(), optim.grad_clip)
+                check_finite_value(self.steps_done + 1, "gradient norm", float(grad_norm))
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
+                check_finite_parameters(self.steps_done + 1, self.model)
                 grad_norms.append(float(grad_norm))
         self.model.eval()
         total_tokens = max(float(loss_mask.sum()) * algo.epochs, 1.0)
@@ -340,6 +345,32 @@ class Learner:
             value_mask[micro.pre_positions] = True
             value_mask[micro.post_positions] = True
         return self._forward_rows(micro.tensors, value_mask, with_entropy=True)
+
+
+# -- the non-finite guard: raised before the bad value reaches the weights (loss, gradient norm)
+# -- or, for parameters, before anything is published or checkpointed
+
+
+def check_finite_loss(step: int, share: dict[str, float]) -> None:
+    """``share``: the loss terms of one micro-batch (``loss`` is their sum)."""
+    bad = [key for key, value in share.items() if not math.isfinite(value)]
+    if bad:
+        terms = ", ".join(f"{key}={share[key]}" for key in bad)
+        raise NonFiniteError(f"step {step}: non-finite loss ({terms}); training stopped before the update")
+
+
+def check_finite_value(step: int, name: str, value: float) -> None:
+    if not math.isfinite(value):
+        raise NonFiniteError(f"step {step}: non-finite {name} ({value}); training stopped before the update")
+
+
+def check_finite_parameters(step: int, model: Any, what: str = "parameter") -> None:
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad and not bool(torch.isfinite(parameter).all()):
+            raise NonFiniteError(
+                f"step {step}: non-finite {what} {name} after the optimiser step (optim.lr too high?); "
+                "training stopped, nothing of it was saved"
+            )
 
 
 class _PhaseClock:

@@ -21,6 +21,7 @@ from streamrl.rollout.evaluate import run_episodes
 from streamrl.train.algorithms import make_learner
 from streamrl.train.config import Config
 from streamrl.train.errors import TrainingError
+from streamrl.train.resources import check_resources
 from streamrl.train.evaluate import episode_runner, episode_settings, evaluate
 from streamrl.train.progress import Progress
 from streamrl.train.report import write_report
@@ -31,6 +32,7 @@ from streamrl.train.sft import behaviour_cloning, collect_demonstrations
 
 async def train(config: Config, out_dir: str | Path, *, resume: bool = False, echo=None) -> dict[str, Any]:
     echo = echo or functools.partial(print, flush=True)  # progress lines must reach logs promptly
+    check_resources(config)  # a run that cannot fit in memory is refused before any work
     ws = Workspace(Path(out_dir), config, echo)
     state = ws.restore() if resume else None
     policy = load_run_policy(config, state)

@@ -16,7 +16,7 @@ from streamrl.algos import advantage_stats, token_measure_whiten, turn_gae_batch
 from streamrl.policy.modeling import decoder_and_head, enable_gradient_checkpointing, position_ids_from_mask
 from streamrl.rollout import Trajectory
 from streamrl.train.batch import Batch, micro_batches
-from streamrl.train.learner import Learner, Prepared, Probe
+from streamrl.train.learner import Learner, Prepared, Probe, check_finite_parameters, check_finite_value
 
 
 class Critic(torch.nn.Module):
@@ -120,11 +120,14 @@ class PPOLearner(Learner):
                     values, v_old[pick], returns[pick], torch.ones_like(values, dtype=torch.bool),
                     clip=self.algo.value_clip, global_count=count,
                 )
+                check_finite_value(self.steps_done + 1, "critic loss", float(loss.detach()))
                 loss.backward()
                 total += float(loss.detach())
             norms.append(float(torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.config.optim.grad_clip)))
+            check_finite_value(self.steps_done + 1, "critic gradient norm", norms[-1])
             self.critic_optimizer.step()
             self.critic_optimizer.zero_grad(set_to_none=True)
+            check_finite_parameters(self.steps_done + 1, self.critic, "critic parameter")
             losses.append(total)
         self.critic.eval()
         return {"critic_loss": sum(losses) / len(losses), "critic_grad_norm": sum(norms) / len(norms)}
