@@ -45,7 +45,8 @@ def _quiet_libraries() -> None:
 def preflight(config: Config) -> None:
     """Fail fast on what validation alone cannot see: unknown environment, missing model."""
     from streamrl.envs import UnknownEnvironmentError, get_entry
-    from streamrl.policy.loading import KNOWN_SPECS
+    from streamrl.policy.errors import PolicyLoadError
+    from streamrl.policy.loading import KNOWN_SPECS, WARM_START_PREFIX, warm_start_folder
 
     try:
         get_entry(config.env.name)
@@ -56,6 +57,12 @@ def preflight(config: Config) -> None:
             continue
         name = spec.split(":", 1)[0]
         if label == "model.spec" and (name == "tiny" or spec in KNOWN_SPECS):
+            continue
+        if spec.startswith(WARM_START_PREFIX):
+            try:
+                warm_start_folder(spec)
+            except PolicyLoadError as error:
+                raise CLIError(f"{label}: {error}") from None
             continue
         if not Path(spec).expanduser().is_dir():
             known = ", ".join(KNOWN_SPECS)
@@ -165,7 +172,7 @@ def cmd_play(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from streamrl.envs import list_envs
-    from streamrl.policy.loading import KNOWN_SPECS
+    from streamrl.policy.loading import KNOWN_SPECS, WARM_START_PREFIX, shipped_warm_starts
 
     what = args.what
     if what in ("envs", "all"):
@@ -174,6 +181,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("algorithms:   " + ", ".join(ALGORITHMS))
     if what in ("models", "all"):
         print("models:       " + ", ".join(KNOWN_SPECS) + ", or a local Hugging Face model folder")
+        print("warm starts:  " + (", ".join(WARM_START_PREFIX + name for name in shipped_warm_starts()) or "none"))
     return 0
 
 

