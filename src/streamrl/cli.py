@@ -1,6 +1,6 @@
 """The ``streamrl`` command line.
 
-    streamrl train   --config configs/default.yaml [--algo spo++] [--out runs/x] [--resume] [field=value ...]
+    streamrl train   --config configs/default.yaml [--algo spo++] [--out runs/x] [--resume | --overwrite] [field=value ...]
     streamrl sft     --config ... --out runs/x              behaviour cloning only (writes runs/x/sft_model)
     streamrl eval    --config ... --model runs/x/final_model [--split unseen] [--tasks N]
     streamrl compare --config configs/compare/NAME.yaml [--out DIR]
@@ -94,7 +94,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     config = _config(args)
     out = _out_dir(args, config)
-    summary = asyncio.run(train(config, out, resume=args.resume))
+    summary = asyncio.run(train(config, out, resume=args.resume, overwrite=args.overwrite))
+    if summary.get("finished_earlier"):
+        return 0
     before, after = summary.get("eval_before"), summary.get("eval_after")
     if after:
         line = f"held-out success ({after['split']}, {after['episodes']} tasks): "
@@ -107,11 +109,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_sft(args: argparse.Namespace) -> int:
     from streamrl.policy.loading import load_policy
     from streamrl.train.loggers import MetricsLogger
+    from streamrl.train.run import claim_folder
     from streamrl.train.sft import behaviour_cloning, collect_demonstrations
 
     config = _config(args)
     out = _out_dir(args, config)
-    out.mkdir(parents=True, exist_ok=True)
+    claim_folder(out, overwrite=args.overwrite)
     model = config.model
     policy = load_policy(model.init_from or model.spec, dtype=model.dtype, device=model.device, threads=model.threads,
                          seed=config.train.seed, model_overrides=model.overrides or None)
@@ -200,11 +203,14 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="(SFT warm start,) RL, evaluation, report")
     with_config(train)
     train.add_argument("--algo", choices=ALGORITHMS, help="algorithm (overrides algo.name)")
-    train.add_argument("--resume", action="store_true", help="continue from the newest intact checkpoint in --out")
+    folder = train.add_mutually_exclusive_group()
+    folder.add_argument("--resume", action="store_true", help="continue from the newest intact checkpoint in --out")
+    folder.add_argument("--overwrite", action="store_true", help="replace the run in a non-empty --out")
     train.set_defaults(func=cmd_train)
 
     sft = sub.add_parser("sft", help="behaviour cloning on demonstrations only")
     with_config(sft)
+    sft.add_argument("--overwrite", action="store_true", help="replace what a non-empty --out holds")
     sft.set_defaults(func=cmd_sft)
 
     evaluate = sub.add_parser("eval", help="evaluate a model on a fixed task set")
@@ -239,10 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     from streamrl.policy.errors import MissingDependencyError, PolicyLoadError
     from streamrl.rollout import DeadEnvironmentError
     from streamrl.train.errors import TrainingError
+    from streamrl.train.run import RunFolderError
 
     try:
         return args.func(args)
-    except (CLIError, ConfigError, PolicyLoadError, MissingDependencyError, UnknownEnvironmentError, FileNotFoundError) as error:
+    except (CLIError, ConfigError, RunFolderError, PolicyLoadError, MissingDependencyError, UnknownEnvironmentError, FileNotFoundError) as error:
         print(f"streamrl {args.command}: error: {error}", file=sys.stderr)
         return 2
     except (TrainingError, DeadEnvironmentError) as error:  # training stopped itself: one line, status 1

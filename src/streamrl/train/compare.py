@@ -108,6 +108,11 @@ def _run(command: list[str], log: Path) -> None:
         raise RuntimeError(f"{' '.join(command[3:5])} failed (exit {result.returncode}); see {log}")
 
 
+def _log(folder: Path) -> Path:
+    """A run's console log, beside its folder (a run folder holds only what the run writes)."""
+    return folder.parent / f"{folder.name}.log"
+
+
 WarmStart = tuple[int, list[str], list[str], Path]
 
 
@@ -144,18 +149,18 @@ def run_comparison(path: str | Path | None, out: str | Path | None = None, overr
 
     def do_warm(item: WarmStart) -> None:
         seed, command, evaluation, folder = item
-        if not (folder / "sft_model" / "config.json").is_file():
-            _run(_command(*command), folder / "log.txt")
+        if not (folder / "sft_model" / "config.json").is_file():  # an interrupted SFT starts again
+            _run(_command(*command, *(["--overwrite"] if folder.exists() else [])), _log(folder))
         if not (folder / "eval.json").is_file():
-            _run(_command(*evaluation), folder / "log.txt")
+            _run(_command(*evaluation), _log(folder))
 
     def do_run(item: tuple[str, int, list[str], Path]) -> None:
         name, seed, command, folder = item
         if (folder / "summary.json").is_file():
             return  # finished earlier: not rerun
-        resume = ["--resume"] if (folder / "checkpoints").is_dir() else []
+        resume = ["--resume"] if folder.exists() else []
         started = time.monotonic()
-        _run(_command(*command, *resume), folder / "log.txt")
+        _run(_command(*command, *resume), _log(folder))
         print(f"[compare] {name} seed {seed}: {time.monotonic() - started:.0f} s", flush=True)
 
     with ThreadPoolExecutor(spec.jobs) as pool:

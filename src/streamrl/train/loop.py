@@ -30,11 +30,18 @@ from streamrl.train.samples import mixed_selection
 from streamrl.train.sft import behaviour_cloning, collect_demonstrations
 
 
-async def train(config: Config, out_dir: str | Path, *, resume: bool = False, echo=None) -> dict[str, Any]:
+async def train(config: Config, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
+                echo=None) -> dict[str, Any]:
+    """Train into ``out_dir`` (refused when not empty unless ``resume`` or ``overwrite``); returns the
+    summary (``finished_earlier`` when a resumed run had already reached ``train.steps``)."""
     echo = echo or functools.partial(print, flush=True)  # progress lines must reach logs promptly
     check_resources(config)  # a run that cannot fit in memory is refused before any work
-    ws = Workspace(Path(out_dir), config, echo)
-    state = ws.restore() if resume else None
+    ws = Workspace(Path(out_dir), config, echo, resume=resume, overwrite=overwrite)
+    finished = ws.finished()
+    if finished is not None:
+        echo(f"resume: the run in {ws.root} already finished at step {ws.checkpoint.step}; nothing to do")
+        return {**finished, "finished_earlier": True}
+    state = ws.restore()
     policy = load_run_policy(config, state)
     logger = ws.logger(state)
     samples = ws.sample_log(state)

@@ -10,6 +10,11 @@ Layout of ``out_dir``::
                          trackers, rollout buffer and in-flight requests, log offsets), manifest.json
     sft_model/ reference_model/ final_model/    load_policy()-ready folders
     report/              learning curve, evaluation tables, summary
+
+A folder holds one run: a non-empty one is refused unless the run is resumed (``resume``) or
+replaced (``overwrite``, which removes only what a run writes). A resume checks everything before
+writing anything: the configuration matches the saved one but for ``RESUMABLE`` fields, the newest
+intact checkpoint's log offsets lie within the logs, and a finished run is reported, not redone.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,8 +32,8 @@ import torch
 
 from streamrl.policy.loading import load_policy
 from streamrl.rollout import Trajectory
-from streamrl.train.checkpoint import latest_valid, save_checkpoint
-from streamrl.train.config import Config, config_to_yaml
+from streamrl.train.checkpoint import Checkpoint, latest_valid, save_checkpoint
+from streamrl.train.config import Config, ConfigError, config_to_yaml, load_config
 from streamrl.train.loggers import MetricsLogger
 from streamrl.train.samples import SampleLog
 
@@ -66,24 +72,115 @@ def load_run_policy(config: Config, state: dict[str, Any] | None) -> Any:
     )
 
 
+#: everything a run (or ``streamrl sft``) writes into its folder: what ``overwrite`` removes
+RUN_ENTRIES = ("config.yaml", "metrics.jsonl", "events.jsonl", "samples.jsonl", "summary.json", "checkpoints",
+               "sft_model", "reference_model", "final_model", "report", "tensorboard")
+#: configuration a resumed run may change (its length, how often it evaluates, saves and logs, its
+#: threads); every other field must equal the saved run's
+RESUMABLE = ("train.steps", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints", "logging.",
+             "eval.concurrency", "model.threads", "rollout.engine_threads")
+#: state.json offset -> the log it points into
+LOG_OFFSETS = {"metrics_offset": "metrics.jsonl", "events_offset": "events.jsonl", "samples_offset": "samples.jsonl"}
+
+
+class RunFolderError(ValueError):
+    """A run folder that cannot be used as asked: one line, exit status 2."""
+
+
+def claim_folder(root: Path, *, overwrite: bool = False) -> None:
+    """Make ``root`` an empty run folder: refuse a non-empty one unless ``overwrite``, which removes
+    only what a run writes (anything else there is refused before deleting a thing)."""
+    entries = sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+    if entries and not overwrite:
+        raise RunFolderError(f"--out {root} is not empty; pass --resume to continue its run or --overwrite to replace it")
+    foreign = [name for name in entries if name not in RUN_ENTRIES]
+    if foreign:
+        raise RunFolderError(f"--overwrite: {root} holds files no run writes ({', '.join(foreign[:5])}); remove them yourself")
+    for name in entries:
+        path = root / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    root.mkdir(parents=True, exist_ok=True)
+
+
+def check_resume(root: Path, config: Config, warn: Callable[[str], None] = print) -> Checkpoint | None:
+    """Everything a resume needs, read-only: the same configuration (but for ``RESUMABLE``) and an
+    intact newest checkpoint whose log offsets lie within the logs (None: nothing to resume)."""
+    saved_path = root / "config.yaml"
+    if saved_path.is_file():
+        try:
+            saved = load_config(saved_path)
+        except ConfigError as error:
+            raise RunFolderError(f"--resume: the saved {saved_path} no longer validates ({error})") from None
+        changed = config_changes(saved, config)
+        if changed:
+            shown = "; ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+            allowed = ", ".join(f.rstrip(".") for f in RESUMABLE)
+            raise RunFolderError(f"--resume: {root} was run with another configuration: {shown} (a resume may change only {allowed})")
+    checkpoint = latest_valid(root / "checkpoints", warn=warn)
+    if checkpoint is not None:
+        state = checkpoint.state()
+        for key, name in LOG_OFFSETS.items():
+            size = (root / name).stat().st_size if (root / name).exists() else 0
+            if (state.get(key) or 0) > size:
+                raise RunFolderError(
+                    f"--resume: {checkpoint.path.name} expects {state[key]} bytes of {name}, which has {size} "
+                    "(the folder was written by another run); use --overwrite to start again"
+                )
+    return checkpoint
+
+
+def config_changes(saved: Config, config: Config) -> list[str]:
+    """``field saved -> new`` for every differing non-resumable field, names first."""
+    before, after = _flatten(saved.model_dump(mode="json")), _flatten(config.model_dump(mode="json"))
+    keys = [k for k in dict.fromkeys([*before, *after]) if not k.startswith(RESUMABLE) and before.get(k) != after.get(k)]
+    keys.sort(key=lambda k: not k.endswith(".name"))  # a changed name (algo.name) explains the rest
+    return [f"{k} {before.get(k)!r} -> {after.get(k)!r}" for k in keys]
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 class Workspace:
-    def __init__(self, root: Path, config: Config, echo: Callable[[str], None] = print):
+    """A run folder, checked (``claim_folder`` or ``check_resume``) before anything is written."""
+
+    def __init__(self, root: Path, config: Config, echo: Callable[[str], None] = print, *, resume: bool = False,
+                 overwrite: bool = False):
         self.root = root
         self.config = config
         self.echo = echo
-        root.mkdir(parents=True, exist_ok=True)
-        (root / "config.yaml").write_text(config_to_yaml(config))
         self.checkpoints = root / "checkpoints"
         self.metrics_path = root / "metrics.jsonl"
         self.events = root / "events.jsonl"
         self.samples = root / "samples.jsonl"
+        self.resume = resume
+        self.checkpoint = check_resume(root, config, warn=echo) if resume else None
+        if self.finished() is None:
+            if not resume:
+                claim_folder(root, overwrite=overwrite)
+            root.mkdir(parents=True, exist_ok=True)
+            (root / "config.yaml").write_text(config_to_yaml(config))
+
+    def finished(self) -> dict[str, Any] | None:
+        """The summary of a resumed run that already reached ``train.steps`` (nothing to redo)."""
+        summary = self.root / "summary.json"
+        if self.checkpoint is None or self.checkpoint.step < self.config.train.steps or not summary.is_file():
+            return None
+        return json.loads(summary.read_text())
 
     # -- resume -----------------------------------------------------------------------------------
 
     def restore(self) -> dict[str, Any] | None:
-        checkpoint = latest_valid(self.checkpoints, warn=self.echo)
+        checkpoint = self.checkpoint
         if checkpoint is None:
-            self.echo(f"resume: no usable checkpoint under {self.checkpoints}; starting from scratch")
+            if self.resume:
+                self.echo(f"resume: no usable checkpoint under {self.checkpoints}; starting from scratch")
             return None
         state = checkpoint.state()
         state["path"] = str(checkpoint.path)
