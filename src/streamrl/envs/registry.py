@@ -28,6 +28,7 @@ _BUILTIN_MODULES = {
     "alfworld_lite": "streamrl.envs.alfworld_lite",
     "alfworld_real": "streamrl.envs.alfworld_real",
     "math_tir": "streamrl.envs.math_tir",
+    "webshop_lite": "streamrl.envs.webshop_lite",
 }
 
 

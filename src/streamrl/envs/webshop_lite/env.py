@@ -1,0 +1,256 @@
+"""``WebshopLiteEnv``: the embedded WebShop behind the ``Env`` contract."""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+
+from streamrl.envs.base import Env, EnvSpec, StepResult
+from streamrl.envs.webshop_lite import text
+from streamrl.envs.webshop_lite.catalog import DEFAULT_SEED, Catalog, build_catalog
+from streamrl.envs.webshop_lite.goals import build_goals
+from streamrl.envs.webshop_lite.reward import purchase_reward
+from streamrl.envs.webshop_lite.search import PER_PAGE, search_engine
+
+MAX_STEPS = 15  # SAPO's and verl-agent's cap
+#: WebShop's ``parse_action`` pattern
+ACTION = re.compile(r"(.+)\[(.+)\]")
+
+
+def parse_action(action: str) -> tuple[str, str | None]:
+    """WebShop's ``parse_action``: ``name[arg]`` -> (name, lowercased arg); else (action, None)."""
+    match = ACTION.match(action.strip())
+    if match is None:
+        return action.strip(), None
+    name, arg = match.groups()
+    return name.strip().lower(), arg.strip().lower()
+
+
+class WebshopLiteEnv(Env):
+    """A WebShop-compatible shop over a generated catalogue (see ``streamrl.envs.webshop_lite``).
+
+    Task ids: ``test/<n>`` (n < 500), ``eval/<n>`` (n < 1000), ``train/<n>`` (n < 2400).
+    Options: ``max_steps`` (15), ``catalog_seed`` (0: the catalogue and the goal splits), ``seed``
+    (for a ``reset()`` without a seed or task id).
+    """
+
+    def __init__(self, max_steps: int = MAX_STEPS, catalog_seed: int = DEFAULT_SEED, seed: int | None = None):
+        if max_steps < 1:
+            raise ValueError(f"webshop_lite: max_steps must be >= 1, got {max_steps}")
+        self.catalog: Catalog = build_catalog(catalog_seed)
+        self.goals = build_goals(catalog_seed)
+        self.engine = search_engine(catalog_seed)
+        self.spec = EnvSpec(
+            name="webshop_lite",
+            max_steps=max_steps,
+            action_format="command",
+            reward_range=(0.0, 1.0),
+            has_admissible_actions=True,
+            splits=self.goals.sizes(),
+            eval_split="test",
+        )
+        self._rng = random.Random(seed)
+        self._goal: dict[str, Any] | None = None
+        self._done = True
+
+    # -- the Env contract ------------------------------------------------------------------------
+
+    def reset(
+        self,
+        seed: int | None = None,
+        task_id: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[str, dict[str, Any]]:
+        if task_id is None:
+            task_id = self._pick_task_id(seed, options or {})
+        elif options:
+            raise ValueError(f"webshop_lite.reset: options {sorted(options)} are not used with a task_id")
+        self._goal = self.goal_of(task_id)
+        self._task_id = task_id
+        self._steps = 0
+        self._done = False
+        self._page = "search"
+        self._keywords = ""
+        self._results: list[str] = []
+        self._page_no = 1
+        self._asin: str | None = None
+        self._sub: str | None = None
+        self._options: dict[str, str] = {}
+        self._render()
+        return self._observation, self._info(effective=True, valid=True)
+
+    def step(self, action: str) -> StepResult:
+        self.check_step(action, started=self._goal is not None, done=self._done)
+        self._steps += 1
+        name, arg = parse_action(action)
+        valid = name in ("search", "click") and arg is not None and arg != ""
+        effective, reward, bought = False, 0.0, None
+        if valid and name == "search":
+            self._search(arg)
+            effective = True
+        elif valid and arg in self._clickables and arg != "search":
+            effective = True
+            if arg == "buy now":
+                reward, bought = self._buy()
+            else:
+                self._click(arg)
+        if bought is None and effective:
+            self._render()
+        won = bought is not None and reward == 1.0
+        terminated = bought is not None
+        truncated = not terminated and self._steps >= self.spec.max_steps
+        self._done = terminated or truncated
+        info = self._info(effective=effective, valid=valid, reward=reward)
+        if bought is not None:
+            info.update(bought)
+            info["reason"] = "won" if won else "purchased"
+        elif truncated:
+            info["reason"] = "max_steps"
+        if not effective:
+            info["invalid_action"] = True
+        return StepResult(self._observation, float(reward), terminated, truncated, info)
+
+    def admissible_actions(self) -> list[str] | None:
+        return text.admissible(self._has_search_bar, self._clickables) if self._goal is not None else None
+
+    def close(self) -> None:
+        self._done = True
+
+    # -- extras ----------------------------------------------------------------------------------
+
+    def goal_of(self, task_id: str) -> dict[str, Any]:
+        split, _, index = task_id.partition("/")
+        goals = self.goals.splits.get(split)
+        if goals is None or not index.isdigit():
+            raise ValueError(
+                f"webshop_lite: bad task_id {task_id!r} (expected '<split>/<n>', splits: {', '.join(self.goals.splits)})"
+            )
+        if int(index) >= len(goals):
+            raise ValueError(f"webshop_lite: task_id {task_id!r} out of range ({split} has {len(goals)} goals)")
+        return goals[int(index)]
+
+    @property
+    def goal(self) -> dict[str, Any]:
+        """The current goal (privileged: it names the target product)."""
+        if self._goal is None:
+            raise RuntimeError("webshop_lite: no goal before reset()")
+        return self._goal
+
+    @property
+    def instruction(self) -> str:
+        return self.goal["instruction_text"]
+
+    def state(self) -> dict[str, Any]:
+        """The session (page, keywords, result page, product, chosen options), for tools and tests."""
+        return {"page": self._page, "keywords": self._keywords, "page_no": self._page_no, "asin": self._asin,
+                "sub": self._sub, "options": dict(self._options), "results": list(self._results)}
+
+    def expert_action(self) -> str | None:
+        """The privileged shopper: it knows the target product and the goal options."""
+        if self._goal is None or self._done:
+            return None
+        target = self._goal["asin"]
+        if self._page == "search":
+            return f"search[{self.catalog.by_asin[target]['Title'].lower()}]"
+        if self._page == "results":
+            shown = self._results[(self._page_no - 1) * PER_PAGE : self._page_no * PER_PAGE]
+            if target in shown:
+                return f"click[{target.lower()}]"
+            if target in self._results[self._page_no * PER_PAGE :]:
+                return "click[next >]"
+            return f"search[{self.catalog.by_asin[target]['Title'].lower()}]"
+        if self._page == "sub":
+            return "click[< prev]"
+        if self._asin != target:
+            return "click[< prev]"
+        for name, value in self._goal["goal_options"].items():
+            if self._options.get(name) != value:
+                return f"click[{value}]"
+        return "click[buy now]"
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _pick_task_id(self, seed: int | None, options: dict[str, Any]) -> str:
+        unknown = set(options) - {"split"}
+        if unknown:
+            raise ValueError(f"webshop_lite.reset: unknown options {sorted(unknown)} (supported: 'split')")
+        split = options.get("split", "train")
+        if split not in self.spec.splits:
+            raise ValueError(f"webshop_lite.reset: unknown split {split!r} (known: {', '.join(self.spec.splits)})")
+        if seed is None:
+            seed = self._rng.randrange(2**31)
+        elif seed < 0:
+            raise ValueError(f"webshop_lite.reset: seed must be >= 0, got {seed}")
+        return f"{split}/{seed % self.spec.splits[split]}"
+
+    def _search(self, keywords: str) -> None:
+        self._keywords = keywords
+        self._results = self.engine.search(keywords)
+        self._page, self._page_no, self._asin, self._sub, self._options = "results", 1, None, None, {}
+
+    def _click(self, clickable: str) -> None:
+        if clickable == "back to search":
+            self._page, self._keywords, self._results, self._asin, self._sub, self._options = "search", "", [], None, None, {}
+        elif self._page == "results":
+            if clickable == "next >":
+                self._page_no += 1
+            elif clickable == "< prev":
+                self._page_no -= 1
+            else:
+                self._page, self._asin, self._options = "item", clickable.upper(), {}
+        elif self._page == "item":
+            if clickable == "< prev":
+                self._page, self._asin, self._options = "results", None, {}
+            elif clickable in ("description", "features", "reviews"):
+                self._page, self._sub = "sub", clickable
+            else:
+                product = self.catalog.by_asin[self._asin]
+                for name, values in product["options"].items():
+                    if clickable in values:
+                        self._options[name] = clickable
+        elif self._page == "sub" and clickable == "< prev":
+            self._page, self._sub = "item", None
+
+    def _buy(self) -> tuple[float, dict[str, Any]]:
+        product = self.catalog.by_asin[self._asin]
+        reward, parts = purchase_reward(product, self.goal, product["price"], self._options)
+        self._page = "done"
+        self._observation = text.done_page(self.instruction, product["asin"], self._options, reward)
+        self._has_search_bar, self._clickables = False, []
+        return reward, {**parts, "purchased_asin": product["asin"], "purchased_options": dict(self._options)}
+
+    def _render(self) -> None:
+        instruction = self.instruction
+        if self._page == "search":
+            self._observation, self._clickables = text.search_page(instruction)
+        elif self._page == "results":
+            start = (self._page_no - 1) * PER_PAGE
+            shown = [self.catalog.by_asin[a] for a in self._results[start : start + PER_PAGE]]
+            self._observation, self._clickables = text.results_page(
+                instruction, shown, self._page_no, len(self._results), PER_PAGE
+            )
+        elif self._page == "item":
+            self._observation, self._clickables = text.item_page(instruction, self.catalog.by_asin[self._asin])
+        else:
+            self._observation, self._clickables = text.sub_page(instruction, self.catalog.by_asin[self._asin], self._sub)
+        self._has_search_bar = self._page == "search"
+
+    def _info(self, *, effective: bool, valid: bool, reward: float = 0.0) -> dict[str, Any]:
+        goal = self.goal
+        won = self._page == "done" and reward == 1.0
+        anchor_options = ",".join(f"{k}={v}" for k, v in sorted(self._options.items()))
+        return {
+            "won": won,
+            "score": 100.0 * reward,
+            "admissible_actions": self.admissible_actions() if self._page != "done" else [],
+            "format_valid": valid,
+            "action_effective": effective,
+            "task_id": self._task_id,
+            "task_type": goal["category"],
+            "step": self._steps,
+            "anchor": f"{self._task_id}|{self._page}|{self._keywords}|{self._page_no}|{self._asin}|{self._sub}|{anchor_options}",
+            "available_actions": {"has_search_bar": self._has_search_bar, "clickables": list(self._clickables)},
+            "instruction": goal["instruction_text"],
+            "page": self._page,
+        }

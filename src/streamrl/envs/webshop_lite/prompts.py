@@ -1,0 +1,161 @@
+"""Prompts for WebShop-style environments (``webshop_lite`` and ``webshop_real``), and the parser.
+
+* ``"verl"``: verl-agent's WebShop template. The task is the instruction; the observation is the
+  page after the instruction with each ``[SEP]`` part single-quoted; the admissible actions are
+  single-quoted, one per line, in brackets; earlier steps appear as
+  ``[Observation k: '...', Action k: '...']`` (the last ``history_length``). Above 13,000
+  characters the prompt falls back to the template without history, as verl-agent does.
+* ``"compact"``: the same information in far fewer tokens for a tiny model: the task, the last
+  steps as ``> action`` lines, the page without the instruction, and the actions on one line.
+
+The parser is verl-agent's ``<think>``/``<action>`` projection with WebShop's 20-character fallback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamrl.envs.base import PromptBuilder
+from streamrl.envs.common import ThinkActionParser
+
+STYLES = ("verl", "compact")
+SEP = " [SEP] "
+EXPERT_SENTENCE = "You are an expert autonomous agent operating in the WebShop e-commerce environment."
+THINK_INSTRUCTION = (
+    "You should first reason step-by-step about the current situation, then think carefully which admissible "
+    "action best advances the shopping goal. This reasoning process MUST be enclosed within <think> </think> "
+    "tags. Once you've finished your reasoning, you should choose an admissible action for current step and "
+    "present it within <action> </action> tags."
+)
+ACTION_INSTRUCTION = "Choose an admissible action for the current step and present it within <action> </action> tags."
+COMPACT_THINK_INSTRUCTION = "Think inside <think></think>, then reply <action>one action</action>."
+COMPACT_ACTION_INSTRUCTION = "Reply <action>one action</action>."
+MAX_PROMPT_CHARS = 13000
+
+
+def webshop_action_parser(require_think: bool = True, fallback_chars: int = 20) -> ThinkActionParser:
+    """verl-agent's WebShop projection (20-character fallback)."""
+    return ThinkActionParser(require_think=require_think, fallback_chars=fallback_chars)
+
+
+def instruction_of(observation: str) -> str:
+    """The instruction: the part after ``Instruction:``."""
+    parts = observation.split(SEP)
+    if "Instruction:" in parts:
+        index = parts.index("Instruction:")
+        if index + 1 < len(parts):
+            return parts[index + 1]
+    return ""
+
+
+def page_parts(observation: str) -> list[str]:
+    """The page's parts after the instruction (the whole page when it has none)."""
+    parts = observation.split(SEP)
+    if "Instruction:" in parts:
+        index = parts.index("Instruction:")
+        return parts[index + 2 :]
+    return parts
+
+
+def _task(initial: str, info: dict[str, Any]) -> str:
+    return info.get("instruction") or instruction_of(initial)
+
+
+class WebshopPromptBuilder(PromptBuilder):
+    def __init__(
+        self,
+        style: str = "verl",
+        history_length: int = 2,
+        require_think: bool = True,
+        instruction: str | None = None,
+    ):
+        if style not in STYLES:
+            raise ValueError(f"webshop prompt builder: style must be one of {STYLES}, got {style!r}")
+        if history_length < 0:
+            raise ValueError(f"webshop prompt builder: history_length must be >= 0, got {history_length}")
+        self.style = style
+        self.history_length = history_length
+        if instruction is None:
+            if style == "verl":
+                instruction = THINK_INSTRUCTION if require_think else ACTION_INSTRUCTION
+            else:
+                instruction = COMPACT_THINK_INSTRUCTION if require_think else COMPACT_ACTION_INSTRUCTION
+        self.instruction = instruction
+
+    # -- full-history transcripts ----------------------------------------------------------------
+
+    def system_prompt(self) -> str | None:
+        return f"{EXPERT_SENTENCE}\n{self.instruction}" if self.style == "verl" else None
+
+    def first_message(self, observation: str, info: dict[str, Any]) -> str:
+        if self.style == "verl":
+            return (f"Your task is to: {_task(observation, info)}.\n"
+                    f"Your current observation is: {self._quoted(observation)}.\n{self._verl_actions(info)}")
+        return f"Task: {_task(observation, info)}\n{self._page(observation)}\n{self._compact_actions(info)}\n{self.instruction}"
+
+    def next_message(self, observation: str, info: dict[str, Any]) -> str:
+        if self.style == "verl":
+            return f"Your current observation is: {self._quoted(observation)}.\n{self._verl_actions(info)}"
+        return f"{self._page(observation)}\n{self._compact_actions(info)}"
+
+    # -- per-step prompts ------------------------------------------------------------------------
+
+    def step_messages(
+        self,
+        initial_observation: str,
+        history: list[tuple[str, str]],
+        observation: str,
+        info: dict[str, Any],
+    ) -> list[dict[str, str]]:
+        task = _task(initial_observation, info)
+        if self.style == "verl":
+            content = self._verl_step(task, history, observation, info)
+        else:
+            content = self._compact_step(task, history, observation, info)
+        return [{"role": "user", "content": content}]
+
+    def _verl_no_history(self, task: str, observation: str, info: dict[str, Any]) -> str:
+        return (
+            f"{EXPERT_SENTENCE}\nYour task is to: {task}.\nYour current observation is: {self._quoted(observation)}.\n"
+            f"{self._verl_actions(info)}\n\nNow it's your turn to take one action for the current step.\n{self.instruction}"
+        )
+
+    def _verl_step(self, task: str, history: list[tuple[str, str]], observation: str, info: dict[str, Any]) -> str:
+        if not history or self.history_length == 0:
+            return self._verl_no_history(task, observation, info)
+        taken = len(history)
+        shown = min(self.history_length, taken)
+        lines = [
+            f"[Observation {k + 1}: '{self._quoted(history[k][0])}', Action {k + 1}: '{history[k][1]}']"
+            for k in range(taken - shown, taken)
+        ]
+        prompt = (
+            f"{EXPERT_SENTENCE}\nYour task is to: {task}.\nPrior to this step, you have already taken {taken} step(s). "
+            f"Below are the most recent {shown} observations and the corresponding actions you took: " + " ".join(lines)
+            + f"\nYou are now at step {taken + 1} and your current observation is: {self._quoted(observation)}.\n"
+            f"{self._verl_actions(info)}\n\nNow it's your turn to take one action for the current step.\n{self.instruction}"
+        )
+        return prompt if len(prompt) <= MAX_PROMPT_CHARS else self._verl_no_history(task, observation, info)
+
+    def _compact_step(self, task: str, history: list[tuple[str, str]], observation: str, info: dict[str, Any]) -> str:
+        lines = [f"Task: {task}"]
+        lines += [f"> {action}" for _, action in history[max(0, len(history) - self.history_length):]]
+        lines += [self._page(observation), self._compact_actions(info), self.instruction]
+        return "\n".join(lines)
+
+    @staticmethod
+    def _quoted(observation: str) -> str:
+        return SEP.join(f"'{part}'" for part in page_parts(observation))
+
+    @staticmethod
+    def _page(observation: str) -> str:
+        return " | ".join(page_parts(observation))
+
+    @staticmethod
+    def _verl_actions(info: dict[str, Any]) -> str:
+        actions = ",\n".join(f"'{a}'" for a in info.get("admissible_actions") or [])
+        return f"Your admissible actions of the current situation are: \n[\n{actions}\n]."
+
+    @staticmethod
+    def _compact_actions(info: dict[str, Any]) -> str:
+        return "Actions: " + ", ".join(info.get("admissible_actions") or [])
