@@ -23,6 +23,7 @@ from typing import Any
 
 from streamrl.envs.__main__ import _option
 from streamrl.train.config import ALGORITHMS, Config, ConfigError, load_config
+from streamrl.train.preflight import one_line, preflight
 
 DEFAULT_CONFIG = "configs/default.yaml"
 
@@ -42,33 +43,6 @@ def _quiet_libraries() -> None:
         pass
 
 
-def preflight(config: Config) -> None:
-    """Fail fast on what validation alone cannot see: unknown environment, missing model."""
-    from streamrl.envs import UnknownEnvironmentError, get_entry
-    from streamrl.policy.errors import PolicyLoadError
-    from streamrl.policy.loading import KNOWN_SPECS, WARM_START_PREFIX, warm_start_folder
-
-    try:
-        get_entry(config.env.name)
-    except UnknownEnvironmentError as error:
-        raise CLIError(f"env.name: {error}") from None
-    for label, spec in (("model.spec", config.model.spec), ("model.init_from", config.model.init_from)):
-        if spec is None:
-            continue
-        name = spec.split(":", 1)[0]
-        if label == "model.spec" and (name == "tiny" or spec in KNOWN_SPECS):
-            continue
-        if spec.startswith(WARM_START_PREFIX):
-            try:
-                warm_start_folder(spec)
-            except PolicyLoadError as error:
-                raise CLIError(f"{label}: {error}") from None
-            continue
-        if not Path(spec).expanduser().is_dir():
-            known = ", ".join(KNOWN_SPECS)
-            raise CLIError(f"{label}: no model folder at {spec!r} (known specs: {known}, or a Hugging Face model folder)")
-
-
 def _config(args: argparse.Namespace) -> Config:
     paths = args.config or []
     if not paths and getattr(args, "resume", False) and args.out and (Path(args.out) / "config.yaml").is_file():
@@ -81,8 +55,13 @@ def _config(args: argparse.Namespace) -> Config:
     if getattr(args, "env", None):
         overrides.append(f"env.name={args.env}")
     config = load_config(paths, overrides, algo=getattr(args, "algo", None))
-    preflight(config)
+    sft_runs = config.sft.demos > 0 and (args.command == "sft" or (args.command == "train" and config.model.init_from is None))
+    preflight(config, demonstrations=sft_runs, warn=_warn)
     return config
+
+
+def _warn(message: str) -> None:
+    print(f"streamrl: warning: {message}", file=sys.stderr)
 
 
 def _out_dir(args: argparse.Namespace, config: Config) -> Path:
@@ -161,7 +140,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from streamrl.train.compare import run_comparison
 
-    report = run_comparison(args.config[0] if args.config else None, out=args.out, overrides=args.overrides)
+    if len(args.config or []) > 1:
+        raise CLIError(f"--config: compare takes one comparison file, got {len(args.config)} (training configs go in its base:)")
+    overrides = [*args.overrides, *([f"env.name={args.env}"] if args.env else []),
+                 *([f"model.spec={args.model_spec}"] if args.model_spec else [])]
+    report = run_comparison(args.config[0] if args.config else None, out=args.out, overrides=overrides)
     print(f"comparison report: {report}")
     return 0
 
@@ -242,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _quiet_libraries()
     from streamrl.envs import UnknownEnvironmentError
+    from streamrl.envs.registry import EnvOptionError
     from streamrl.policy.errors import MissingDependencyError, PolicyLoadError
     from streamrl.rollout import DeadEnvironmentError
     from streamrl.train.errors import TrainingError
@@ -249,11 +233,12 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.func(args)
-    except (CLIError, ConfigError, RunFolderError, PolicyLoadError, MissingDependencyError, UnknownEnvironmentError, FileNotFoundError) as error:
-        print(f"streamrl {args.command}: error: {error}", file=sys.stderr)
+    except (CLIError, ConfigError, RunFolderError, EnvOptionError, PolicyLoadError, MissingDependencyError,
+            UnknownEnvironmentError, FileNotFoundError) as error:
+        print(f"streamrl {args.command}: error: {one_line(error)}", file=sys.stderr)
         return 2
     except (TrainingError, DeadEnvironmentError) as error:  # training stopped itself: one line, status 1
-        print(f"streamrl {args.command}: error: {error}", file=sys.stderr)
+        print(f"streamrl {args.command}: error: {one_line(error)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -15,7 +15,8 @@ import ast
 import sys
 from typing import Any, TextIO
 
-from streamrl.envs.registry import UnknownEnvironmentError, get_entry, list_envs, make
+from streamrl.envs.base import Env
+from streamrl.envs.registry import BUILD_ERRORS, EnvOptionError, UnknownEnvironmentError, build, get_entry, list_envs
 
 QUIT = {"quit", "exit"}
 
@@ -37,10 +38,20 @@ def _print_actions(info: dict[str, Any], out: TextIO) -> None:
         out.write("Admissible actions: " + ", ".join(actions) + "\n")
 
 
-def play(name: str, seed: int | None, task_id: str | None, options: dict[str, Any], stdin: TextIO, out: TextIO) -> int:
-    env = make(name, **options)
+def start(name: str, seed: int | None, task_id: str | None, options: dict[str, Any]) -> tuple[Env, str, dict[str, Any]]:
+    """Build ``name`` and reset it; ``EnvOptionError`` naming the flag at fault otherwise."""
+    env = build("--option", get_entry(name).env, options)
     try:
         observation, info = env.reset(seed=seed, task_id=task_id)
+    except BUILD_ERRORS as error:
+        env.close()
+        raise EnvOptionError(f"{'--task-id' if task_id else '--seed'}: {' '.join(str(error).split())}") from None
+    return env, observation, info
+
+
+def play(name: str, seed: int | None, task_id: str | None, options: dict[str, Any], stdin: TextIO, out: TextIO) -> int:
+    env, observation, info = start(name, seed, task_id, options)
+    try:
         out.write(f"[{name} task {info.get('task_id')}; type 'quit' to stop]\n{observation}\n")
         _print_actions(info, out)
         while True:
@@ -89,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         return list_command(sys.stdout)
     try:
         return play(args.name, args.seed, args.task_id, dict(args.option), sys.stdin, sys.stdout)
-    except (UnknownEnvironmentError, ValueError, TypeError, ImportError, FileNotFoundError) as error:
+    except (UnknownEnvironmentError, EnvOptionError) as error:
         sys.stderr.write(f"error: {error}\n")
         return 2
 

@@ -1,10 +1,13 @@
 """Environments registered by name. Built-ins are imported lazily, so importing ``streamrl.envs``
-stays cheap; users add their own with ``register``."""
+stays cheap; users add their own with ``register``, or name one as ``module:attr`` (imported on
+first use): ``attr`` is an ``EnvEntry``, or an environment class (or factory) whose attributes
+``action_parser`` and ``prompt_builder`` are its parser and prompt-builder classes (docs/environments.md)."""
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -37,6 +40,14 @@ class UnknownEnvironmentError(KeyError):
         return str(self.args[0])
 
 
+class EnvOptionError(ValueError):
+    """Options an environment, parser or prompt builder cannot be built with: one line naming the field."""
+
+
+#: what building an environment raises for a bad option value, a missing dependency or missing data
+BUILD_ERRORS = (TypeError, ValueError, ImportError, OSError, KeyError)
+
+
 def register(
     name: str,
     env: Callable[..., Env],
@@ -54,12 +65,57 @@ def register(
 def get_entry(name: str) -> EnvEntry:
     if name not in _REGISTRY and name in _BUILTIN_MODULES:
         importlib.import_module(_BUILTIN_MODULES[name])
+    if name not in _REGISTRY and ":" in name:
+        _REGISTRY[name] = _load_reference(name)
     if name not in _REGISTRY:
         known = list_envs()
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise UnknownEnvironmentError(f"unknown environment {name!r}{hint} (known: {', '.join(known)})")
     return _REGISTRY[name]
+
+
+def _load_reference(name: str) -> EnvEntry:
+    """The entry ``module:attr`` names (see the module docstring)."""
+    module_name, _, attr = name.partition(":")
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as error:
+        raise UnknownEnvironmentError(f"cannot load environment {name!r}: {error}") from None
+    if isinstance(target, EnvEntry):
+        return target
+    missing = [role for role in ("action_parser", "prompt_builder") if not hasattr(target, role)]
+    if missing:
+        raise UnknownEnvironmentError(
+            f"environment {name!r} has no {' or '.join(missing)} attribute (a module:Class environment names "
+            "its parser and prompt-builder classes in them; or point at an EnvEntry)"
+        )
+    return EnvEntry(target, target.action_parser, target.prompt_builder)
+
+
+def option_problem(factory: Callable[..., Any], options: dict[str, Any]) -> str | None:
+    """Why ``factory(**options)`` cannot bind (unknown or missing keywords), or None."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # builtins without a signature: let the call decide
+        return None
+    try:
+        signature.bind(**options)
+    except TypeError as error:
+        known = [p.name for p in signature.parameters.values() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        return f"{error} (accepted: {', '.join(known) or 'none'})"
+    return None
+
+
+def build(field: str, factory: Callable[..., Any], options: dict[str, Any]) -> Any:
+    """``factory(**options)``, or ``EnvOptionError`` naming ``field`` and what is wrong, in one line."""
+    problem = option_problem(factory, options)
+    if problem:
+        raise EnvOptionError(f"{field}: {problem}")
+    try:
+        return factory(**options)
+    except BUILD_ERRORS as error:
+        raise EnvOptionError(f"{field}: {' '.join(str(error).split())}") from None
 
 
 def make(name: str, **options: Any) -> Env:

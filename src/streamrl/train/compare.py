@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from streamrl.algos import final_reward, interpolate, learning_auc, paired_difference, union_grid
-from streamrl.train.config import ALGORITHMS, ConfigError, format_validation_error, load_config
+from streamrl.train.config import ALGORITHMS, ConfigError, format_validation_error, load_config, read_yaml
 from streamrl.train.loggers import read_metrics
+from streamrl.train.preflight import preflight
 
 #: run means of these training metrics appear per arm (the last two show a policy drifting off format
 #: and the net push of the advantages, sum L_i A_i / sum L_i, which N_tok makes exactly 0)
@@ -81,11 +81,8 @@ class CompareConfig(BaseModel):
 
 
 def load_compare_config(path: str | Path) -> CompareConfig:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"comparison file not found: {path}")
     try:
-        return CompareConfig.model_validate(yaml.safe_load(path.read_text()) or {})
+        return CompareConfig.model_validate(read_yaml(Path(path), "comparison file"))
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc)) from None
 
@@ -142,9 +139,10 @@ def run_comparison(path: str | Path | None, out: str | Path | None = None, overr
     spec = load_compare_config(path)
     spec.overrides = [*spec.overrides, *(overrides or [])]
     out = Path(out) if out else Path("runs") / "compare" / spec.name
+    for name, arm in spec.arms.items():  # validate and preflight every arm's configuration before any work
+        config = load_config(spec.base, [*spec.overrides, *arm.overrides], algo=arm.algo)
+        preflight(config, demonstrations=config.sft.demos > 0 and config.model.init_from is None)
     out.mkdir(parents=True, exist_ok=True)
-    for name, arm in spec.arms.items():  # validate every arm's configuration before any work
-        load_config(spec.base, [*spec.overrides, *arm.overrides], algo=arm.algo)
     warm, runs = plan_runs(spec, out)
 
     def do_warm(item: WarmStart) -> None:

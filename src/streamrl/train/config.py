@@ -192,7 +192,8 @@ class LoraConfig(Section):
 class ModelConfig(Section):
     #: "tiny", "smollm2-135m", or a local Hugging Face model folder
     spec: str = "tiny"
-    dtype: Literal["float32", "bfloat16"] = "float32"
+    #: every name the loader accepts (policy.loading.DTYPE_NAMES)
+    dtype: Literal["float32", "fp32", "bfloat16", "bf16", "float16", "fp16"] = "float32"
     device: str = "cpu"
     #: torch threads of the learner (null: half the cores; SFT alone uses all of them)
     threads: StrictInt | None = Field(None, ge=1)
@@ -389,12 +390,7 @@ def load_config(
         paths = [paths]
     for path in paths or []:
         path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+        loaded = read_yaml(path, "config file")
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping of sections")
         _deep_merge(tree, loaded)
@@ -418,6 +414,20 @@ def load_config(
         return Config.model_validate(tree)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc)) from None
+
+
+def read_yaml(path: Path, what: str) -> Any:
+    """The YAML document in ``path``; a ``ConfigError`` naming the file (and line) otherwise."""
+    if not path.is_file():
+        raise ConfigError(f"{what} not found: {path}")
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return yaml.safe_load(handle) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or exc
+        raise ConfigError(f"{where}: not valid YAML: {' '.join(str(problem).split())}") from None
 
 
 def _algo_fields(name: str) -> set[str]:

@@ -1,0 +1,111 @@
+"""Preflight: what validation of the configuration alone cannot see, checked before any work.
+
+Each problem is a ``ConfigError`` of one line naming its field: the environment and its options,
+the parser and prompt-builder options, the splits, the demonstration source, the model, the
+device and the optional logging packages. Nothing is loaded but the environment (built once).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any, Callable
+
+from streamrl.train.config import Config, ConfigError
+
+#: logging field -> (package it needs, extra that installs it)
+LOGGING_PACKAGES = {"wandb_project": ("wandb", "wandb"), "mlflow_experiment": ("mlflow", "mlflow")}
+
+
+def one_line(error: BaseException | str) -> str:
+    return " ".join(str(error).split())
+
+
+def preflight(config: Config, *, demonstrations: bool = False, warn: Callable[[str], None] = print) -> None:
+    """Refuse ``config`` (``ConfigError``) on the first problem; ``demonstrations``: SFT will run."""
+    from streamrl.envs.registry import EnvOptionError, build
+
+    check_model(config)
+    entry = _entry(config.env.name)
+    try:
+        build("env.parser", entry.parser, config.env.parser)
+        build("env.prompt", entry.prompt_builder, config.env.prompt)
+        env = build("env.options", entry.env, config.env.options)
+    except EnvOptionError as error:
+        raise ConfigError(str(error)) from None
+    try:
+        _check_splits(config, env)
+        if demonstrations:
+            check_demonstrations(config, env)
+    finally:
+        env.close()
+    _check_logging(config, warn)
+
+
+def _entry(name: str) -> Any:
+    from streamrl.envs import UnknownEnvironmentError, get_entry
+
+    try:
+        return get_entry(name)
+    except UnknownEnvironmentError as error:
+        raise ConfigError(f"env.name: {one_line(error)}") from None
+
+
+def _check_splits(config: Config, env: Any) -> None:
+    for field, split, limit in (("env.train_tasks", "train", config.env.train_tasks),
+                                ("env.eval_split", config.env.eval_split or env.spec.eval_split, config.env.eval_tasks)):
+        try:
+            env.task_ids(split, limit=limit)
+        except ValueError as error:
+            raise ConfigError(f"{field}: {one_line(error)}") from None
+
+
+def check_demonstrations(config: Config, env: Any) -> None:
+    """The demonstrator ``sft.source`` names exists for this environment (a file: every line reads)."""
+    from streamrl.train.sft import load_replays
+
+    source, name = config.sft.source, config.env.name
+    if source == "expert" and not hasattr(env, "expert_action"):
+        raise ConfigError(f"sft.source: environment {name} has no expert (expert_action()); use a JSONL file of "
+                          "demonstrations or sft.demos=0")
+    if source == "search_expert" and env.spec.name != "alfworld_lite":
+        raise ConfigError(f"sft.source: search_expert is alfworld_lite's searching expert, not {name}'s; use expert, "
+                          "a JSONL file of demonstrations or sft.demos=0")
+    if source not in ("expert", "search_expert"):
+        try:
+            load_replays(Path(source))
+        except (OSError, ValueError) as error:
+            raise ConfigError(f"sft.source: {one_line(error)}") from None
+
+
+def check_model(config: Config) -> None:
+    """Every model spec names a known model or an existing folder, and the device exists."""
+    from streamrl.policy.errors import PolicyLoadError
+    from streamrl.policy.loading import KNOWN_SPECS, WARM_START_PREFIX, warm_start_folder
+
+    for field, spec in (("model.spec", config.model.spec), ("model.init_from", config.model.init_from)):
+        if spec is None or (field == "model.spec" and (spec.split(":", 1)[0] == "tiny" or spec in KNOWN_SPECS)):
+            continue
+        if spec.startswith(WARM_START_PREFIX):
+            try:
+                warm_start_folder(spec)
+            except PolicyLoadError as error:
+                raise ConfigError(f"{field}: {error}") from None
+        elif not Path(spec).expanduser().is_dir():
+            known = ", ".join(KNOWN_SPECS)
+            raise ConfigError(f"{field}: no model folder at {spec!r} (known specs: {known}, or a Hugging Face model folder)")
+    if config.model.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"model.device: {config.model.device!r} but CUDA is not available (use cpu)")
+
+
+def _check_logging(config: Config, warn: Callable[[str], None]) -> None:
+    logging = config.logging
+    for field, (package, extra) in LOGGING_PACKAGES.items():
+        if getattr(logging, field) and importlib.util.find_spec(package) is None:
+            raise ConfigError(f"logging.{field}: {package} is not installed (pip install 'streamrl[{extra}]')")
+    if logging.tensorboard and importlib.util.find_spec("tensorboard") is None:
+        warn("logging.tensorboard: tensorboard is not installed, so metrics go to metrics.jsonl only "
+             "(pip install 'streamrl[tensorboard]', or logging.tensorboard=false)")

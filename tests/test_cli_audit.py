@@ -1,0 +1,99 @@
+"""Issue 13's audit: every bad input is one line on stderr naming what is wrong, no traceback, exit
+status 2, before any work (no model is loaded for any of these)."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+
+from streamrl import cli
+from streamrl.policy.loading import DTYPE_NAMES
+from streamrl.train.config import ModelConfig, config_to_yaml, load_config
+
+SMOKE = ["--config", "configs/smoke.yaml"]
+
+
+def _files(tmp_path):
+    (tmp_path / "bad.yaml").write_text("train:\n  steps: [1,\n")
+    (tmp_path / "demos.jsonl").write_text('{"task_id": "train/0", "actions": []}\nnot json\n')
+    (tmp_path / "nonempty").mkdir()
+    (tmp_path / "nonempty" / "metrics.jsonl").write_text("")
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "config.yaml").write_text(config_to_yaml(load_config("configs/smoke.yaml")))
+    (tmp_path / "cmp.yaml").write_text("name: c\nbase: [configs/smoke.yaml]\nseeds: [0]\n"
+                                       "arms: {a: {algo: spo++}, b: {algo: spo}}\n")
+    return tmp_path
+
+
+CASES = {  # name -> (argv with {tmp} for the temporary folder, text the line must contain)
+    "env option": (["train", *SMOKE, "env.options.nonsense=3"], "env.options: got an unexpected keyword argument 'nonsense'"),
+    "env option value": (["train", *SMOKE, "env.options.max_steps=0"], "env.options:"),
+    "parser option": (["train", *SMOKE, "env.parser.nonsense=1"], "env.parser:"),
+    "prompt option": (["train", *SMOKE, "env.prompt.nonsense=1"], "env.prompt:"),
+    "eval split": (["eval", *SMOKE, "--split", "bogus"], "env.eval_split: alfworld_lite: unknown split 'bogus'"),
+    "eval env/parser mismatch": (["eval", *SMOKE, "--env", "math_tir"], "env.parser:"),
+    "unknown env": (["train", *SMOKE, "--env", "alfworld_lit"], "did you mean 'alfworld_lite'"),
+    "unknown env module": (["train", *SMOKE, "--env", "no_such_module:Env"], "env.name: cannot load environment"),
+    "env class without roles": (["train", *SMOKE, "--env", "streamrl.envs.base:Env"], "env.name:"),
+    "play task id": (["play", "alfworld_lite", "--task-id", "bogus"], "--task-id: alfworld_lite: bad task_id 'bogus'"),
+    "play option": (["play", "alfworld_lite", "--option", "nonsense=1"], "--option:"),
+    "play alfworld_real without data": (["play", "alfworld_real"], "alfworld"),
+    "wandb missing": (["train", *SMOKE, "logging.wandb_project=x"], "logging.wandb_project: wandb is not installed"),
+    "mlflow missing": (["train", *SMOKE, "logging.mlflow_experiment=x"], "logging.mlflow_experiment: mlflow is not installed"),
+    "sft source bad line": (["sft", *SMOKE, "--out", "{tmp}/sft", "sft.source={tmp}/demos.jsonl"], "demos.jsonl:2"),
+    "sft source missing file": (["sft", *SMOKE, "--out", "{tmp}/sft", "sft.source={tmp}/none.jsonl"], "sft.source:"),
+    "sft without expert": (["sft", *SMOKE, "--out", "{tmp}/sft", "--env", "guess_number", "env.prompt={}",
+                            "env.parser={}", "sft.source=expert"], "sft.source: environment guess_number has no expert"),
+    "search expert elsewhere": (["train", *SMOKE, "--env", "guess_number", "env.prompt={}", "env.parser={}"],
+                                "sft.source: search_expert"),
+    "dtype": (["train", *SMOKE, "model.dtype=int8"], "model.dtype"),
+    "device": (["train", *SMOKE, "model.device=cuda:7"], "model.device"),
+    "model folder": (["train", *SMOKE, "--model", "{tmp}/no_model"], "model.spec: no model folder"),
+    "init_from folder": (["train", *SMOKE, "model.init_from={tmp}/no_model"], "model.init_from"),
+    "eval model folder": (["eval", *SMOKE, "--model", "{tmp}/no_model"], "no model folder"),
+    "yaml names the file": (["train", "--config", "{tmp}/bad.yaml"], "bad.yaml:3:"),
+    "config file missing": (["train", "--config", "{tmp}/none.yaml"], "config file not found"),
+    "override syntax": (["train", *SMOKE, "train.steps"], "must look like section.field=value"),
+    "override value": (["train", *SMOKE, "train.steps=-1"], "train.steps"),
+    "unknown field": (["train", *SMOKE, "train.stepz=1"], "train.stepz: unknown field"),
+    "non-empty out": (["train", *SMOKE, "--out", "{tmp}/nonempty"], "is not empty"),
+    "resume mismatch": (["train", *SMOKE, "--out", "{tmp}/saved", "--resume", "--algo", "grpo", "algo.group_size=2"],
+                        "--resume: "),
+    "compare configs": (["compare", "--config", "a.yaml", "--config", "b.yaml"], "--config: compare takes one"),
+    "compare missing file": (["compare", "--config", "{tmp}/none.yaml"], "comparison file not found"),
+    "compare env": (["compare", "--config", "{tmp}/cmp.yaml", "--out", "{tmp}/c", "--env", "nope"], "env.name"),
+    "compare model": (["compare", "--config", "{tmp}/cmp.yaml", "--out", "{tmp}/c", "--model", "{tmp}/m"], "model.spec"),
+    "compare arm": (["compare", "--config", "{tmp}/cmp.yaml", "--out", "{tmp}/c", "env.options.nonsense=1"],
+                    "env.options"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_is_one_line_with_status_2(name, tmp_path, capsys):
+    argv, expected = CASES[name]
+    folder = _files(tmp_path)
+    argv = [arg.replace("{tmp}", str(folder)) for arg in argv]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    lines = [line for line in err.splitlines() if "warning:" not in line]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("streamrl "), err
+    if expected:
+        assert expected in lines[0], err
+
+
+def test_every_dtype_the_loader_accepts_is_configurable():
+    assert set(typing.get_args(ModelConfig.model_fields["dtype"].annotation)) == set(DTYPE_NAMES)
+    assert load_config("configs/smoke.yaml", ["model.dtype=bf16"]).model.dtype == "bf16"
+
+
+def test_missing_tensorboard_is_said_in_one_warning(capsys, monkeypatch):
+    import importlib.util
+
+    from streamrl.train.preflight import preflight
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    warnings = []
+    preflight(load_config("configs/smoke.yaml", ["logging.tensorboard=true"]), warn=warnings.append)
+    assert len(warnings) == 1 and warnings[0].startswith("logging.tensorboard: tensorboard is not installed")
