@@ -1,0 +1,126 @@
+"""``webshop_real``: the real WebShop text environment (``princeton-nlp/WebShop``) behind the ``Env`` contract.
+
+Needs a user checkout of WebShop with its data and search index (``setup.sh``: products, goals,
+the pyserini/Lucene index, spaCy model, Java): put the checkout on ``PYTHONPATH`` or pass
+``webshop_dir``. Nothing is downloaded here. It builds ``WebAgentTextEnv(observation_mode="text")``
+and maps ``get_available_actions()`` to the same admissible strings as ``webshop_lite``
+(``search[<your query>]`` and ``click[...]``), ``reset(session=idx)`` to the goal index, and
+WebShop's reward to ``score = 100 * r`` and ``won = (r == 1)``; so a policy trained on
+``webshop_lite`` runs here unchanged. Task ids follow WebShop's split: ``test/<n>`` = goal n
+(n < 500), ``eval/<n>`` = goal 500 + n (n < 1000), ``train/<n>`` = goal 1500 + n.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from streamrl.envs.base import Env, EnvSpec, StepResult
+from streamrl.envs.registry import register
+from streamrl.envs.webshop_lite.prompts import WebshopPromptBuilder, webshop_action_parser
+from streamrl.envs.webshop_lite.text import admissible
+
+OFFSETS = {"test": 0, "eval": 500, "train": 1500}
+SIZES = {"test": 500, "eval": 1000, "train": None}
+MAX_STEPS = 15
+
+
+class WebshopUnavailableError(ImportError):
+    """The real WebShop (``web_agent_site``) cannot be imported or has no data."""
+
+
+def _import_text_env(webshop_dir: str | os.PathLike[str] | None) -> Any:
+    root = webshop_dir or os.environ.get("WEBSHOP_DIR")
+    if root is not None and str(Path(root).expanduser()) not in sys.path:
+        sys.path.insert(0, str(Path(root).expanduser()))
+    try:
+        from web_agent_site.envs.web_agent_text_env import WebAgentTextEnv
+    except ImportError as error:
+        raise WebshopUnavailableError(
+            f"webshop_real needs a checkout of princeton-nlp/WebShop with its data ({error}); clone it, run its "
+            "setup.sh, and set WEBSHOP_DIR (or pass webshop_dir) to the checkout"
+        ) from error
+    return WebAgentTextEnv
+
+
+class WebshopRealEnv(Env):
+    def __init__(self, webshop_dir: str | None = None, max_steps: int = MAX_STEPS, num_products: int | None = None,
+                 human_goals: bool = False, seed: int | None = None, _text_env: Any = None):
+        if max_steps < 1:
+            raise ValueError(f"webshop_real: max_steps must be >= 1, got {max_steps}")
+        if _text_env is None:
+            text_env_class = _import_text_env(webshop_dir)
+            try:
+                _text_env = text_env_class(observation_mode="text", num_products=num_products, human_goals=human_goals)
+            except (OSError, FileNotFoundError) as error:
+                raise WebshopUnavailableError(
+                    f"webshop_real: the WebShop checkout has no usable data ({error}); run its setup.sh"
+                ) from error
+        self._env = _text_env
+        self.spec = EnvSpec(name="webshop_real", max_steps=max_steps, action_format="command", reward_range=(0.0, 1.0),
+                            has_admissible_actions=True, splits=dict(SIZES), eval_split="test")
+        self._task_id: str | None = None
+        self._done = True
+
+    def reset(self, seed: int | None = None, task_id: str | None = None,
+              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        if task_id is None:
+            task_id = f"{(options or {}).get('split', 'train')}/{seed or 0}"
+        split, _, index = task_id.partition("/")
+        if split not in OFFSETS or not index.isdigit():
+            raise ValueError(f"webshop_real: bad task_id {task_id!r} (expected test/<n>, eval/<n> or train/<n>)")
+        if SIZES[split] is not None and int(index) >= SIZES[split]:
+            raise ValueError(f"webshop_real: task_id {task_id!r} out of range ({split} has {SIZES[split]} goals)")
+        observation, _ = self._env.reset(session=OFFSETS[split] + int(index))
+        self._task_id, self._steps, self._done = task_id, 0, False
+        self._observation = observation
+        return observation, self._info(0.0, effective=True, valid=True)
+
+    def step(self, action: str) -> StepResult:
+        self.check_step(action, started=self._task_id is not None, done=self._done)
+        self._steps += 1
+        before = self._observation
+        observation, reward, done, _ = self._env.step(action)
+        self._observation = observation
+        reward = float(reward or 0.0)
+        from streamrl.envs.webshop_lite.env import parse_action
+
+        name, arg = parse_action(action)
+        valid = name in ("search", "click") and bool(arg)
+        effective = done or observation != before
+        truncated = not done and self._steps >= self.spec.max_steps
+        self._done = bool(done) or truncated
+        info = self._info(reward if done else 0.0, effective=effective, valid=valid, done=bool(done))
+        if done:
+            info["reason"] = "won" if reward == 1.0 else "purchased"
+        elif truncated:
+            info["reason"] = "max_steps"
+        return StepResult(observation, reward if done else 0.0, bool(done), truncated, info)
+
+    def admissible_actions(self) -> list[str] | None:
+        available = self._env.get_available_actions()
+        return admissible(bool(available["has_search_bar"]), list(available["clickables"]))
+
+    def close(self) -> None:
+        self._done = True
+
+    def _info(self, reward: float, *, effective: bool, valid: bool, done: bool = False) -> dict[str, Any]:
+        available = {"has_search_bar": False, "clickables": []} if done else self._env.get_available_actions()
+        return {
+            "won": done and reward == 1.0,
+            "score": 100.0 * reward,
+            "admissible_actions": [] if done else admissible(bool(available["has_search_bar"]), list(available["clickables"])),
+            "format_valid": valid,
+            "action_effective": effective,
+            "task_id": self._task_id,
+            "task_type": "webshop",
+            "step": self._steps,
+            "anchor": f"{self._task_id}|{self._observation}",
+            "available_actions": available,
+            "instruction": getattr(self._env, "instruction_text", ""),
+        }
+
+
+register("webshop_real", WebshopRealEnv, webshop_action_parser, WebshopPromptBuilder)
