@@ -1,10 +1,21 @@
 """streamrl: reinforcement learning for multi-turn, tool-using LLM agents.
 
+    import streamrl
+    summary = streamrl.train("smoke", "runs/x", overrides=["train.steps=2"])
+    metrics = streamrl.evaluate("smoke", "runs/x/final_model")
+
 Layers (imports point down only):
-    cli
+    cli, api
     train      learners, loop, checkpoints, SFT
     rollout    async engine, trajectories, layouts      (uses envs, policy)
     algos | envs | sandbox | policy                      (ground floor, independent)
 """
 
 __version__ = "0.1.0"
+
+from streamrl import train  # noqa: E402  (callable: streamrl.api.train; see streamrl/train/__init__.py)
+from streamrl.api import evaluate  # noqa: E402
+from streamrl.envs import register  # noqa: E402
+from streamrl.train.config import Config, ConfigError, load_config  # noqa: E402
+
+__all__ = ["Config", "ConfigError", "__version__", "evaluate", "load_config", "register", "train"]

@@ -19,13 +19,15 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
+from streamrl import __version__
 from streamrl.envs.__main__ import _option
 from streamrl.train.config import ALGORITHMS, Config, ConfigError, load_config
+from streamrl.api import warn
 from streamrl.train.preflight import one_line, preflight
 
-DEFAULT_CONFIG = "configs/default.yaml"
+#: the shipped configuration a command without --config runs (package data: works outside the clone)
+DEFAULT_CONFIG = "default"
 
 
 class CLIError(Exception):
@@ -43,25 +45,21 @@ def _quiet_libraries() -> None:
         pass
 
 
-def _config(args: argparse.Namespace) -> Config:
+def _config(args: argparse.Namespace, check: bool = True) -> Config:
     paths = args.config or []
     if not paths and getattr(args, "resume", False) and args.out and (Path(args.out) / "config.yaml").is_file():
         paths = [Path(args.out) / "config.yaml"]
     if not paths:
-        paths = [DEFAULT_CONFIG] if Path(DEFAULT_CONFIG).is_file() else []
+        paths = [DEFAULT_CONFIG]
     overrides = list(args.overrides)
     if getattr(args, "model_spec", None):
         overrides.append(f"model.spec={args.model_spec}")
     if getattr(args, "env", None):
         overrides.append(f"env.name={args.env}")
     config = load_config(paths, overrides, algo=getattr(args, "algo", None))
-    sft_runs = config.sft.demos > 0 and (args.command == "sft" or (args.command == "train" and config.model.init_from is None))
-    preflight(config, demonstrations=sft_runs, warn=_warn)
+    if check:
+        preflight(config, demonstrations=args.command == "sft" and config.sft.demos > 0, warn=warn)
     return config
-
-
-def _warn(message: str) -> None:
-    print(f"streamrl: warning: {message}", file=sys.stderr)
 
 
 def _out_dir(args: argparse.Namespace, config: Config) -> Path:
@@ -69,11 +67,11 @@ def _out_dir(args: argparse.Namespace, config: Config) -> Path:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from streamrl.train.loop import train
+    from streamrl.api import train
 
-    config = _config(args)
+    config = _config(args, check=False)  # streamrl.train preflights
     out = _out_dir(args, config)
-    summary = asyncio.run(train(config, out, resume=args.resume, overwrite=args.overwrite))
+    summary = train(config, out, resume=args.resume, overwrite=args.overwrite)
     if summary.get("finished_earlier"):
         return 0
     before, after = summary.get("eval_before"), summary.get("eval_after")
@@ -107,9 +105,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from streamrl.policy.engine import HFEngine
-    from streamrl.policy.loading import load_policy
-    from streamrl.train.evaluate import evaluate
+    from streamrl.api import evaluate
     from streamrl.train.report import eval_table
 
     overrides = list(args.overrides)
@@ -118,19 +114,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.tasks:
         overrides.append(f"env.eval_tasks={args.tasks}")
     args.overrides = overrides
-    config = _config(args)
-    model_path = args.model or config.model.init_from or config.model.spec
-    policy = load_policy(model_path, dtype=config.model.dtype, device=config.model.device, threads=config.model.threads)
-
-    async def run() -> Any:
-        engine = HFEngine.from_policy(policy, seed=config.train.seed)
-        try:
-            return await evaluate(config, engine, policy)
-        finally:
-            await engine.close()
-
-    result = asyncio.run(run())
-    record = {"step": 0, **result.metrics()}
+    record = {"step": 0, **evaluate(_config(args, check=False), args.model)}  # streamrl.evaluate preflights
     print(eval_table([record]))
     if args.json:
         Path(args.json).write_text(json.dumps(record, indent=2))
@@ -173,10 +157,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="streamrl", description="RL for multi-turn, tool-using LLM agents.")
+    parser.add_argument("--version", action="version", version=f"streamrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def with_config(p: argparse.ArgumentParser, out: bool = True) -> None:
-        p.add_argument("--config", action="append", help="YAML file (repeatable; later files win)")
+        p.add_argument("--config", action="append", help="YAML file or shipped config name, e.g. smoke (repeatable; later files win)")
         p.add_argument("--env", help="environment (overrides env.name)")
         if out:
             p.add_argument("--out", help="run folder (default runs/<algo>-<env>)")

@@ -35,7 +35,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from streamrl.algos import final_reward, interpolate, learning_auc, paired_difference, union_grid
-from streamrl.train.config import ALGORITHMS, ConfigError, format_validation_error, load_config, read_yaml
+from streamrl.train.config import ALGORITHMS, ConfigError, format_validation_error, load_config, read_yaml, resolve_config
 from streamrl.train.loggers import read_metrics
 from streamrl.train.preflight import preflight
 
@@ -82,7 +82,7 @@ class CompareConfig(BaseModel):
 
 def load_compare_config(path: str | Path) -> CompareConfig:
     try:
-        return CompareConfig.model_validate(read_yaml(Path(path), "comparison file"))
+        return CompareConfig.model_validate(read_yaml(resolve_config(path), "comparison file"))
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc)) from None
 

@@ -41,6 +41,8 @@ Float = Annotated[float, BeforeValidator(_not_bool)]
 #: (``1e30``, ``.inf``) is refused before training instead of turning every weight into NaN
 MAX_LR = 1.0
 MAX_TASKS = 1_000_000
+#: the configurations shipped as package data (``configs/`` in the repository links here)
+SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 class ConfigError(ValueError):
@@ -389,8 +391,7 @@ def load_config(
     if isinstance(paths, (str, Path)):
         paths = [paths]
     for path in paths or []:
-        path = Path(path)
-        loaded = read_yaml(path, "config file")
+        loaded = read_yaml(resolve_config(path), "config file")
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping of sections")
         _deep_merge(tree, loaded)
@@ -414,6 +415,22 @@ def load_config(
         return Config.model_validate(tree)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc)) from None
+
+
+def resolve_config(path: str | Path) -> Path:
+    """``path`` when it exists; else a config shipped in the package: by name (``default``,
+    ``compare/math_spopp_vs_spo``) or by its path in the repository (``configs/default.yaml``)."""
+    path = Path(path)
+    if path.exists():
+        return path
+    relative = path.relative_to("configs") if path.parts[:1] == ("configs",) else path
+    shipped = SHIPPED_CONFIGS / (relative if relative.suffix == ".yaml" else relative.with_suffix(".yaml"))
+    return shipped if not path.is_absolute() and shipped.is_file() else path
+
+
+def shipped_configs() -> list[str]:
+    """The names of the shipped run configurations (``--config NAME``)."""
+    return sorted(p.stem for p in SHIPPED_CONFIGS.glob("*.yaml"))
 
 
 def read_yaml(path: Path, what: str) -> Any:
