@@ -209,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _quiet_libraries()
+    if os.getcwd() not in sys.path:  # --env my_pkg.my_env:MyEnv imports from here, as python -m would
+        sys.path.insert(0, os.getcwd())
     from streamrl.envs import UnknownEnvironmentError
     from streamrl.envs.registry import EnvOptionError
     from streamrl.policy.errors import MissingDependencyError, PolicyLoadError
