@@ -66,3 +66,10 @@ def test_parity_with_the_real_webshop():  # pragma: no cover - needs the user's 
     assert "Back to Search" in result.observation.split(" [SEP] ")
     assert any(a.startswith("click[b0") for a in result.info["admissible_actions"])
     assert real.step("click[nonexistent]").info["action_effective"] is False
+
+
+def test_loadable_by_module_class_reference():
+    from streamrl.envs import get_entry
+
+    entry = get_entry("streamrl.envs.webshop_real:WebshopRealEnv")
+    assert entry.env is WebshopRealEnv and entry.parser().fallback_chars == 20

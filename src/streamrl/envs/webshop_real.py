@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from streamrl.envs.base import Env, EnvSpec, StepResult
-from streamrl.envs.registry import register
 from streamrl.envs.webshop_lite.prompts import WebshopPromptBuilder, webshop_action_parser
 from streamrl.envs.webshop_lite.text import admissible
 
@@ -46,6 +45,13 @@ def _import_text_env(webshop_dir: str | os.PathLike[str] | None) -> Any:
 
 
 class WebshopRealEnv(Env):
+    """Not a built-in name (the built-in list covers environments that run without user data): use it
+    as ``--env streamrl.envs.webshop_real:WebshopRealEnv`` (its parser and prompt builder are the
+    class attributes below), or ``register("webshop_real", ...)`` yourself."""
+
+    action_parser = staticmethod(webshop_action_parser)
+    prompt_builder = WebshopPromptBuilder
+
     def __init__(self, webshop_dir: str | None = None, max_steps: int = MAX_STEPS, num_products: int | None = None,
                  human_goals: bool = False, seed: int | None = None, _text_env: Any = None):
         if max_steps < 1:
@@ -122,5 +128,3 @@ class WebshopRealEnv(Env):
             "instruction": getattr(self._env, "instruction_text", ""),
         }
 
-
-register("webshop_real", WebshopRealEnv, webshop_action_parser, WebshopPromptBuilder)
