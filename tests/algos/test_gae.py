@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamrl.algos import masked_gae, outcome_token_rewards, token_gae, turn_gae, turn_gae_batched, value_loss
+from streamrl.algos import masked_gae, turn_gae_batched, value_loss
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -24,6 +24,16 @@ def _reference_gae(rewards, values, dones, gamma, lam, last_value=0.0):
     return adv
 
 
+def _outcome_on_last_token(outcomes, mask):
+    """Token rewards: each row's outcome on its last action token, 0 elsewhere."""
+    positions = torch.arange(mask.shape[1]).expand_as(mask)
+    last = torch.where(mask, positions, -1).max(dim=1).values
+    rewards = torch.zeros(mask.shape, dtype=outcomes.dtype)
+    rows = torch.nonzero(last >= 0).squeeze(1)
+    rewards[rows, last[rows]] = outcomes[rows]
+    return rewards
+
+
 def _random_action_mask(gen, rows, length):
     """Rows of turns: runs of action tokens separated by observation tokens, plus right padding."""
     mask = torch.rand(rows, length, generator=gen) < 0.6
@@ -38,7 +48,7 @@ def test_ppo_3_1_unit_discount_terminal_reward_token_level(seed, rows, length):
     mask = _random_action_mask(gen, rows, length)
     outcome = torch.randn(rows, generator=gen, dtype=torch.float64)
     values = torch.randn(rows, length, generator=gen, dtype=torch.float64)
-    adv, ret = token_gae(outcome_token_rewards(outcome, mask), values, mask, gamma=1.0, lam=1.0)
+    adv, ret = masked_gae(_outcome_on_last_token(outcome, mask), values, mask, gamma=1.0, lam=1.0)
     expected_adv = torch.where(mask, outcome[:, None] - values, torch.zeros_like(values))
     torch.testing.assert_close(adv, expected_adv)
     torch.testing.assert_close(ret, torch.where(mask, outcome[:, None].expand_as(values), torch.zeros_like(values)))
@@ -54,7 +64,11 @@ def test_ppo_3_1_unit_discount_terminal_reward_turn_level(seed, turns):
     dones = torch.zeros(turns)
     dones[-1] = 1.0
     values = torch.randn(turns, generator=gen, dtype=torch.float64)
-    adv, ret = turn_gae(rewards, values, dones, gamma=1.0, lam=1.0, last_value=123.0)  # ignored: done
+    every = torch.ones(1, turns, dtype=torch.bool)
+    adv, ret = turn_gae_batched(  # the bootstrap value is ignored: the last turn is done
+        rewards[None], values[None], dones[None], every, gamma=1.0, lam=1.0, last_values=torch.tensor([123.0])
+    )
+    adv, ret = adv[0], ret[0]
     torch.testing.assert_close(adv, outcome - values)
     torch.testing.assert_close(ret, torch.full_like(values, outcome))
 
@@ -99,7 +113,7 @@ def test_ppo_3_3_masked_observation_tokens_leave_advantages_unchanged(seed, n_ac
     gen = _gen(seed)
     rewards = torch.randn(1, n_actions, generator=gen, dtype=torch.float64)
     values = torch.randn(1, n_actions, generator=gen, dtype=torch.float64)
-    base_adv, base_ret = token_gae(rewards, values, torch.ones(1, n_actions, dtype=torch.bool), gamma, lam)
+    base_adv, base_ret = masked_gae(rewards, values, torch.ones(1, n_actions, dtype=torch.bool), gamma, lam)
     # interleave observation tokens with arbitrary rewards and values that must be skipped
     gaps = torch.randint(0, 4, (n_actions,), generator=gen).tolist()
     slots = sum(gaps) + n_actions
@@ -113,7 +127,7 @@ def test_ppo_3_3_masked_observation_tokens_leave_advantages_unchanged(seed, n_ac
         long_rewards[0, pos] = rewards[0, j]
         long_values[0, pos] = values[0, j]
         pos += 1
-    adv, ret = token_gae(long_rewards, long_values, mask, gamma, lam)
+    adv, ret = masked_gae(long_rewards, long_values, mask, gamma, lam)
     torch.testing.assert_close(adv[mask], base_adv[0])
     torch.testing.assert_close(ret[mask], base_ret[0])
     assert torch.equal(adv[~mask], torch.zeros_like(adv[~mask]))
@@ -201,14 +215,6 @@ def test_turn_gae_batched_matches_per_trajectory_oracle_with_bootstrap(seed, row
         torch.testing.assert_close(adv[b, :n], torch.tensor(expected, dtype=torch.float64))
         torch.testing.assert_close(ret[b, :n], adv[b, :n] + values[b, :n])
         assert torch.equal(adv[b, n:], torch.zeros(turns - n, dtype=torch.float64))
-
-
-def test_outcome_token_rewards_place_outcome_on_last_action_token():
-    mask = torch.tensor([[1, 1, 0, 1, 0], [0, 0, 0, 0, 0], [1, 0, 0, 0, 0]])
-    penalty = torch.full((3, 5), 0.1)
-    rewards = outcome_token_rewards(torch.tensor([1.0, 2.0, 3.0]), mask, kl_penalty=penalty)
-    expected = torch.tensor([[-0.1, -0.1, 0.0, 0.9, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0], [2.9, 0.0, 0.0, 0.0, 0.0]])
-    torch.testing.assert_close(rewards, expected)
 
 
 @pytest.mark.parametrize(

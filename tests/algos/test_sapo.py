@@ -8,9 +8,7 @@ from hypothesis import strategies as st
 import streamrl.algos.vocab as vocab_module
 from streamrl.algos import (
     action_log_probs,
-    broadcast_turns_to_tokens,
     entropy,
-    gather_positions,
     invalid_action_correction,
     mask_excluded_logits,
     sapo_advantages,
@@ -265,9 +263,8 @@ def test_sapo_6_6_5_turn_averaged_losses_ignore_action_length(seed, action_lengt
     def losses(lengths):
         tokens, turn_of, pre, post = _packed_row(lengths)
         readout = value_readout(embed[tokens][None], POS, NEG, r_max=1.0)
-        v = gather_positions(readout, pre[None])
-        q = gather_positions(readout, post[None])
-        per_token_adv = broadcast_turns_to_tokens(turn_adv, turn_of[None])
+        v, q = readout[:, pre], readout[:, post]  # values read at each turn's boundaries
+        per_token_adv = torch.cat([turn_adv, torch.zeros(1, 1, dtype=turn_adv.dtype)], 1)[:, turn_of]  # -1: the 0
         return (
             sapo_value_loss(v, old_v, y_v, turn_mask),
             sapo_value_loss(q, old_q, y_q, turn_mask),

@@ -119,8 +119,8 @@ def test_truncated_episode_flags_and_masks_trailing_environment_text():
     env = ToyEnv(truncate_at=2)
     trajectory = asyncio.run(play(engine, env, "t:5"))
     assert trajectory.end_reason == "truncated" and trajectory.outcome == 0.0
+    assert trajectory.cut
     sample = full_history_sample(trajectory)
-    assert sample.truncated
     trailing = trajectory.trailing_context_ids
     assert trailing and sample.token_ids[-len(trailing):] == trailing
     assert sample.action_mask[-len(trailing):] == [0] * len(trailing)
@@ -135,7 +135,7 @@ def test_context_limit_ends_the_episode_within_the_window():
     assert 1 <= len(trajectory.turns) < 20
     assert trajectory.outcome == 0.0  # an outcome exists: the episode was cut, not crashed
     sample = full_history_sample(trajectory)
-    assert len(sample.token_ids) <= 200 and sample.truncated
+    assert len(sample.token_ids) <= 200 and trajectory.cut
     # every generation had room for a full reply
     assert all(len(request.prompt_ids) + 12 <= 200 for request, _ in engine.calls)
 

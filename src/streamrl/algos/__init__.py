@@ -1,8 +1,7 @@
 """``streamrl.algos``: the algorithm core of GRPO, PPO+GAE, SPO, SPO++ and SAPO as pure tensor math.
 
 No I/O, no models, no imports from other streamrl packages. Formulas and choices are documented in
-``docs/algorithms.md``. Advantage estimators and policy losses are also available by name through
-:mod:`streamrl.algos.registry`.
+``docs/algorithms.md``.
 """
 
 from streamrl.algos.advantages import sapo_advantages, spo_advantages, spopp_advantages
@@ -16,9 +15,8 @@ from streamrl.algos.beta_memory import (
     sampling_weight,
 )
 from streamrl.algos.event_tracker import EventTimeTracker, MemoryRead
-from streamrl.algos.gae import masked_gae, outcome_token_rewards, token_gae, turn_gae, turn_gae_batched
-from streamrl.algos.grpo import dr_grpo_advantages, grpo_advantages, grpo_group_stats
-from streamrl.algos.layout import broadcast_turns_to_tokens, gather_positions
+from streamrl.algos.gae import masked_gae, turn_gae_batched
+from streamrl.algos.grpo import grpo_advantages, grpo_group_stats
 from streamrl.algos.losses import (
     check_dual_clip,
     clipped_surrogate,
@@ -39,15 +37,6 @@ from streamrl.algos.metrics import (
     union_grid,
 )
 from streamrl.algos.normalize import advantage_stats, token_measure_whiten, turn_normalize, whiten
-from streamrl.algos.registry import (
-    UnknownAlgorithmError,
-    get_advantage,
-    get_policy_loss,
-    list_advantages,
-    list_policy_losses,
-    register_advantage,
-    register_policy_loss,
-)
 from streamrl.algos.spo_tracker import SPOTracker
 from streamrl.algos.student_t import t_cdf, t_quantile
 from streamrl.algos.values import (
@@ -70,40 +59,29 @@ __all__ = [
     "PairedDifference",
     "SPOTracker",
     "SapoTargets",
-    "UnknownAlgorithmError",
     "action_log_probs",
     "advantage_stats",
     "aggregate",
     "align_curves",
-    "broadcast_turns_to_tokens",
     "check_dual_clip",
     "clipped_surrogate",
-    "dr_grpo_advantages",
     "entropy",
     "final_reward",
     "forgetting_factor",
-    "gather_positions",
-    "get_advantage",
-    "get_policy_loss",
     "grpo_advantages",
     "grpo_group_stats",
     "interpolate",
     "invalid_action_correction",
     "kl_estimate",
     "learning_auc",
-    "list_advantages",
-    "list_policy_losses",
     "mask_excluded_logits",
     "masked_gae",
     "normalize_rewards",
     "offline_prior",
-    "outcome_token_rewards",
     "paired_difference",
     "policy_drift",
     "ppo_policy_loss",
     "prior_strength",
-    "register_advantage",
-    "register_policy_loss",
     "sampling_weight",
     "sapo_advantages",
     "sapo_targets",
@@ -115,9 +93,7 @@ __all__ = [
     "t_cdf",
     "t_quantile",
     "tis_weights",
-    "token_gae",
     "token_measure_whiten",
-    "turn_gae",
     "turn_gae_batched",
     "turn_normalize",
     "union_grid",

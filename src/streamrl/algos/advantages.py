@@ -16,7 +16,6 @@ import torch
 
 from streamrl.algos import _checks
 from streamrl.algos.normalize import token_measure_whiten, turn_normalize, whiten
-from streamrl.algos.registry import register_advantage
 from streamrl.algos.values import invalid_action_correction
 
 
@@ -26,13 +25,11 @@ def _raw(rewards: torch.Tensor, baselines: torch.Tensor) -> torch.Tensor:
     return rewards.detach().to(torch.float64) - baselines.detach().to(torch.float64)
 
 
-@register_advantage("spo")
 def spo_advantages(rewards: torch.Tensor, baselines: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     """SPO: ``N_traj(R - baseline)``. ``rewards``, ``baselines``: ``[n]`` -> ``[n]`` (rewards' dtype)."""
     return whiten(_raw(rewards, baselines), eps).to(_checks.float_dtype(rewards))
 
 
-@register_advantage("spo++")
 def spopp_advantages(
     rewards: torch.Tensor, baselines: torch.Tensor, lengths: torch.Tensor, eps: float = 1e-8
 ) -> torch.Tensor:
@@ -44,7 +41,6 @@ def spopp_advantages(
     return token_measure_whiten(_raw(rewards, baselines), lengths, eps).to(_checks.float_dtype(rewards))
 
 
-@register_advantage("sapo")
 def sapo_advantages(
     gae_advantages: torch.Tensor,
     mask: torch.Tensor,
@@ -65,7 +61,7 @@ def sapo_advantages(
             (each turn weighs its action-token count ``turn_lengths``, SPO++'s measure).
     Returns:
         ``[B, T]`` normalised advantages, 0 on padded turns; broadcast with
-        :func:`streamrl.algos.layout.broadcast_turns_to_tokens`.
+        ``streamrl.train.batch.broadcast_to_tokens``.
     """
     adv = gae_advantages if invalid is None else invalid_action_correction(gae_advantages, invalid, kappa)
     if norm_measure == "turn":

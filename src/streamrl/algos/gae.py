@@ -20,7 +20,6 @@ from __future__ import annotations
 import torch
 
 from streamrl.algos import _checks
-from streamrl.algos.registry import register_advantage
 
 
 def _check_discounts(gamma: float, lam: float) -> None:
@@ -72,7 +71,6 @@ def masked_gae(
     return adv, returns
 
 
-@register_advantage("gae_turn")
 def turn_gae_batched(
     rewards: torch.Tensor,
     values: torch.Tensor,
@@ -92,73 +90,3 @@ def turn_gae_batched(
         ``(advantages, returns)`` ``[B, T]``; ``returns`` is the lambda-return target ``V + A``.
     """
     return masked_gae(rewards, values, mask, gamma, lam, dones=dones, last_values=last_values)
-
-
-def turn_gae(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    dones: torch.Tensor,
-    gamma: float,
-    lam: float,
-    last_value: float = 0.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Turn-level GAE over the turns of one trajectory: 1-D ``[T]`` in, ``(advantages, returns)`` ``[T]`` out."""
-    _checks.ndim("rewards", rewards, 1)
-    adv, ret = masked_gae(
-        rewards[None],
-        values[None],
-        torch.ones_like(rewards[None], dtype=torch.bool),
-        gamma,
-        lam,
-        dones=dones[None],
-        last_values=last_value,
-    )
-    return adv[0], ret[0]
-
-
-@register_advantage("gae_token")
-def token_gae(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    mask: torch.Tensor,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    dones: torch.Tensor | None = None,
-    last_values: torch.Tensor | float | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token-level GAE over action tokens (§3.1), observation tokens skipped.
-
-    Args:
-        rewards: ``[B, T]`` per-token rewards, usually from :func:`outcome_token_rewards`.
-        values: ``[B, T]`` critic values per token.
-        mask: ``[B, T]`` action-token mask.
-    """
-    return masked_gae(rewards, values, mask, gamma, lam, dones=dones, last_values=last_values)
-
-
-def outcome_token_rewards(
-    outcomes: torch.Tensor, mask: torch.Tensor, kl_penalty: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Token rewards for token-level GAE: each row's outcome on its last action token, minus an
-    optional per-token penalty (``beta * k1`` for KL-in-reward) on action tokens.
-
-    Args:
-        outcomes: ``[B]``. mask: ``[B, T]``. kl_penalty: ``[B, T]`` or None.
-    Returns:
-        ``[B, T]``; rows without action tokens get all zeros.
-    """
-    _checks.ndim("mask", mask, 2)
-    if outcomes.shape != mask.shape[:1]:
-        raise ValueError(f"outcomes has shape {tuple(outcomes.shape)}, expected ({mask.shape[0]},)")
-    _checks.same_shape("mask", mask, kl_penalty=kl_penalty)
-    valid = mask.bool()
-    dtype = _checks.float_dtype(outcomes)
-    positions = torch.arange(mask.shape[1], device=mask.device).expand_as(valid)
-    last = torch.where(valid, positions, -1).max(dim=1).values
-    rewards = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
-    has_tokens = last >= 0
-    rows = torch.nonzero(has_tokens).squeeze(1)
-    rewards[rows, last[rows]] = outcomes[rows].to(dtype)
-    if kl_penalty is not None:
-        rewards = rewards - torch.where(valid, kl_penalty.detach().to(dtype), torch.zeros_like(rewards))
-    return rewards

@@ -7,7 +7,6 @@ from collections.abc import Hashable, Sequence
 import torch
 
 from streamrl.algos import _checks
-from streamrl.algos.registry import register_advantage
 
 
 def _group_index(group_ids: torch.Tensor | Sequence[Hashable], n: int, device: torch.device) -> torch.Tensor:
@@ -47,7 +46,6 @@ def _group_moments(
     return idx, count, centred, std, degenerate
 
 
-@register_advantage("grpo")
 @torch.no_grad()
 def grpo_advantages(
     rewards: torch.Tensor,
@@ -70,12 +68,6 @@ def grpo_advantages(
     adv = centred / (std[idx] + eps) if scale_by_std else centred
     adv = torch.where(degenerate[idx], torch.zeros_like(adv), adv)
     return adv.to(_checks.float_dtype(rewards))
-
-
-@register_advantage("dr_grpo")
-def dr_grpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor | Sequence[Hashable]) -> torch.Tensor:
-    """Dr.GRPO: group-centred outcomes without std scaling (pair with ``seq-mean-token-sum-norm``)."""
-    return grpo_advantages(rewards, group_ids, scale_by_std=False)
 
 
 @torch.no_grad()

@@ -12,7 +12,6 @@ import torch
 
 from streamrl.algos import _checks
 from streamrl.algos.aggregation import AggregationMode, aggregate
-from streamrl.algos.registry import register_policy_loss
 
 # Log-ratios beyond this are clamped before exp() so a wild token cannot overflow to inf. exp(20)
 # is ~5e8, far outside any clip range, so only already-clipped or dual-clipped tokens are touched.
@@ -62,7 +61,6 @@ def clipped_surrogate(
     return loss
 
 
-@register_policy_loss("ppo")
 def ppo_policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,

@@ -31,16 +31,10 @@ class TrainingSample:
     turn_spans: list[tuple[int, int]]  # [T]
     pre_action_positions: list[int]  # [T]
     post_action_positions: list[int]  # [T]
-    turn_rewards: list[float]  # [T]
-    turn_dones: list[bool]  # [T]
-    turn_versions: list[int]  # [T], policy version that generated each turn
     #: index of the owning trajectory in the list given to ``to_samples``
     trajectory_index: int
     #: index in ``trajectory.turns`` of each turn held here
     turn_indices: list[int]
-    #: the episode was cut by a cap (truncated / max_turns / context_limit) and this sample
-    #: holds its last turn
-    truncated: bool = False
     #: full history, cut episode: the last position of the trailing environment ids, i.e. the
     #: pre-action boundary of the turn never taken (for bootstrapping); None otherwise
     bootstrap_position: int | None = None
@@ -72,7 +66,7 @@ class _Packer:
         self.spans.append((start, len(self.ids)))
 
 
-def _sample(packer: _Packer, turns: list[Turn], trajectory_index: int, turn_indices: list[int]) -> TrainingSample:
+def _sample(packer: _Packer, trajectory_index: int, turn_indices: list[int]) -> TrainingSample:
     return TrainingSample(
         token_ids=packer.ids,
         action_mask=packer.mask,
@@ -80,9 +74,6 @@ def _sample(packer: _Packer, turns: list[Turn], trajectory_index: int, turn_indi
         turn_spans=packer.spans,
         pre_action_positions=[start - 1 for start, _ in packer.spans],
         post_action_positions=[end - 1 for _, end in packer.spans],
-        turn_rewards=[turn.reward for turn in turns],
-        turn_dones=[turn.done for turn in turns],
-        turn_versions=[turn.policy_version for turn in turns],
         trajectory_index=trajectory_index,
         turn_indices=turn_indices,
     )
@@ -99,8 +90,7 @@ def full_history_sample(trajectory: Trajectory, trajectory_index: int = 0) -> Tr
     if trajectory.trailing_context_ids:
         packer.add_context(trajectory.trailing_context_ids)
         bootstrap = len(packer.ids) - 1
-    sample = _sample(packer, trajectory.turns, trajectory_index, list(range(len(trajectory.turns))))
-    sample.truncated = trajectory.cut
+    sample = _sample(packer, trajectory_index, list(range(len(trajectory.turns))))
     sample.bootstrap_position = bootstrap
     return sample
 
@@ -113,9 +103,7 @@ def per_step_samples(trajectory: Trajectory, trajectory_index: int = 0) -> list[
         packer = _Packer()
         packer.add_context(turn.context_ids)
         packer.add_action(turn)
-        sample = _sample(packer, [turn], trajectory_index, [index])
-        sample.truncated = trajectory.cut and index == len(trajectory.turns) - 1
-        samples.append(sample)
+        samples.append(_sample(packer, trajectory_index, [index]))
     return samples
 
 
