@@ -99,13 +99,44 @@ class Policy:
 
     # -- persistence -------------------------------------------------------------------------------
 
-    def save(self, path: str | Path) -> Path:
+    def base_model_folder(self) -> str | None:
+        """The absolute path of a LoRA policy's base model as a Hugging Face folder on disk, when
+        there is one that PEFT can load the adapter onto (same vocabulary rows); None for a
+        generated base (``tiny``) or when value tokens were added to the vocabulary."""
+        if not self.is_lora:
+            return None
+        base = self.model.get_base_model()
+        rows = int(base.get_input_embeddings().weight.shape[0])
+        for candidate in (self.base_recipe.get("spec"), getattr(base.config, "_name_or_path", None)):
+            if not candidate or not (Path(str(candidate)) / "config.json").is_file():
+                continue
+            try:
+                saved = json.loads((Path(str(candidate)) / "config.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            vocab = saved.get("vocab_size", saved.get("text_config", {}).get("vocab_size"))
+            if vocab == rows:
+                return str(Path(str(candidate)).resolve())
+        return None
+
+    def save(self, path: str | Path, *, base_model_path: str | Path | None = None) -> Path:
         """Write a folder ``load_policy(path)`` reads back: weights (or the LoRA adapter), the
-        tokenizer with its chat template, and ``streamrl_policy.json``."""
+        tokenizer with its chat template, and ``streamrl_policy.json``.
+
+        A LoRA adapter's ``adapter_config.json`` names its base (``base_model_name_or_path``):
+        ``base_model_path`` when given, else ``base_model_folder()``, so PEFT alone can load it
+        whenever the base exists as a folder (it stays null for a generated base such as ``tiny``;
+        ``streamrl export --adapter`` writes that base next to the adapter)."""
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(folder)
         self.tokenizer.save_pretrained(folder)
+        adapter_config = folder / "adapter_config.json"
+        if self.is_lora and adapter_config.is_file():
+            base_path = str(Path(base_model_path).resolve()) if base_model_path else self.base_model_folder()
+            config = json.loads(adapter_config.read_text(encoding="utf-8"))
+            config["base_model_name_or_path"] = base_path
+            adapter_config.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         record = {
             "format": POLICY_FORMAT,
             "value_token_ids": list(self.value_token_ids) if self.value_token_ids else None,
