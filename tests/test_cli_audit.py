@@ -66,6 +66,15 @@ CASES = {  # name -> (argv with {tmp} for the temporary folder, text the line mu
     "compare model": (["compare", "--config", "{tmp}/cmp.yaml", "--out", "{tmp}/c", "--model", "{tmp}/m"], "model.spec"),
     "compare arm": (["compare", "--config", "{tmp}/cmp.yaml", "--out", "{tmp}/c", "env.options.nonsense=1"],
                     "env.options"),
+    "show missing run": (["show", "{tmp}/none"], "RUN: no run folder at"),
+    "show without transcripts": (["show", "{tmp}/nonempty"], "samples.jsonl does not exist"),
+    "export missing model": (["export", "{tmp}/none", "--out", "{tmp}/o"], "no model folder"),
+    "export folder without a model": (["export", "{tmp}/nonempty", "--out", "{tmp}/o"], "RUN_OR_MODEL: "),
+    "export non-empty out": (["export", "tiny", "--out", "{tmp}/nonempty"], "--out: "),
+    "play model missing": (["play", "guess_number", "--model", "{tmp}/none"], "no model folder"),
+    "play model option": (["play", "alfworld_lite", "--model", "tiny", "--option", "nonsense=1"], "env.options:"),
+    "play model override": (["play", "alfworld_lite", "--model", "tiny", "rollout.max_turns=0"], "rollout.max_turns"),
+    "play config without model": (["play", "guess_number", "--config", "smoke"], "--config: only used with --model"),
 }
 
 

@@ -4,7 +4,9 @@
     streamrl sft     --config ... --out runs/x              behaviour cloning only (writes runs/x/sft_model)
     streamrl eval    --config ... --model runs/x/final_model [--split unseen] [--tasks N]
     streamrl compare --config configs/compare/NAME.yaml [--out DIR]
-    streamrl play    alfworld_lite [--seed N] [--task-id ID]
+    streamrl play    alfworld_lite [--seed N] [--task-id ID] [--model runs/x [--config ...]]
+    streamrl show    runs/x [--last N] [--kind train|eval] [--failures]   transcripts from samples.jsonl
+    streamrl export  runs/x --out DIR [--adapter]                          a plain Hugging Face folder
     streamrl list    [envs|algos|models]
 
 Configuration is validated before any work starts; a bad value is reported as one line naming the
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from streamrl import __version__
 from streamrl.envs.__main__ import _option
+from streamrl.policy.loading import DTYPE_NAMES
 from streamrl.train.config import ALGORITHMS, Config, ConfigError, load_config
 from streamrl.api import warn
 from streamrl.train.preflight import one_line, preflight
@@ -134,10 +137,123 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_play(args: argparse.Namespace) -> int:
-    from streamrl.envs.__main__ import play
+    from streamrl.envs.__main__ import play, watch
 
     options = dict(args.option or [])
-    return play(args.env, args.seed, args.task_id, options, sys.stdin, sys.stdout)
+    if not args.model:
+        if args.config:
+            raise CLIError("--config: only used with --model (a person playing needs no configuration)")
+        return play(args.env, args.seed, args.task_id, options, sys.stdin, sys.stdout)
+    from streamrl.api import warn as warning
+    from streamrl.policy.engine import HFEngine
+    from streamrl.policy.loading import load_policy
+    from streamrl.train.evaluate import episode_runner, episode_settings
+
+    model, run = model_of(args.model, "--model")
+    config = _play_config(args, run)
+    preflight(config, warn=warning)
+    policy = load_policy(model, dtype=config.model.dtype, device=config.model.device, threads=config.model.threads)
+    temperature = args.temperature if args.temperature is not None else (
+        0.0 if config.eval.greedy else config.eval.temperature)
+    engine = HFEngine.from_policy(policy, seed=config.train.seed)
+    try:
+        runner = episode_runner(config, engine, policy, episode_settings(config, temperature=temperature))
+        return watch(config.env.name, args.seed, args.task_id, dict(config.env.options), runner, sys.stdout)
+    finally:
+        engine.close_sync()
+
+
+def _play_config(args: argparse.Namespace, run: Path | None) -> Config:
+    """The evaluation settings a watched model plays with: ``--config``, else the run's own
+    ``config.yaml``, else the default config. The environment, parser and prompt options of a
+    config written for another environment are dropped (they belong to that environment)."""
+    overrides = [f"env.name={args.env}", *args.overrides]
+    if args.config:
+        return load_config(args.config, overrides)
+    path = run / "config.yaml" if run is not None and (run / "config.yaml").is_file() else DEFAULT_CONFIG
+    base = load_config(path)
+    if base.env.name != args.env:
+        overrides = ["env.options={}", "env.parser={}", "env.prompt={}", *overrides]
+    config = load_config(path, overrides)
+    if args.option:
+        config.env.options = {**config.env.options, **dict(args.option)}
+    # the model that plays is --model: the config's own model fields are not loaded (nor checked),
+    # and nothing is logged
+    config.model.spec, config.model.init_from = "tiny", None
+    config.logging = type(config.logging)(progress=False, tensorboard=False)
+    return config
+
+
+def model_of(spec: str, field: str) -> tuple[str, Path | None]:
+    """``(model, run)``: a run folder's model (``final_model``, else the newest valid checkpoint's
+    policy) and the run folder; a model folder or spec as it is (run None)."""
+    from streamrl.policy.loading import POLICY_FILE
+    from streamrl.train.checkpoint import latest_valid
+
+    def is_model(folder: Path) -> bool:
+        return any((folder / name).is_file() for name in ("config.json", "adapter_config.json", POLICY_FILE))
+
+    folder = Path(spec).expanduser()
+    if not folder.is_dir() or is_model(folder):
+        return spec, None
+    if (folder / "final_model").is_dir() and is_model(folder / "final_model"):
+        return str(folder / "final_model"), folder
+    checkpoint = latest_valid(folder / "checkpoints", warn=warn)
+    if checkpoint is not None and is_model(checkpoint.path / "policy"):
+        return str(checkpoint.path / "policy"), folder
+    raise CLIError(f"{field}: {spec} is neither a model folder nor a run folder with final_model/ or a valid "
+                   "checkpoint")
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from streamrl.train.samples import plain_transcript, read_samples, rich_transcript, select_samples
+
+    run = Path(args.run)
+    if not run.is_dir():
+        raise CLIError(f"RUN: no run folder at {args.run}")
+    path = run / "samples.jsonl"
+    if not path.is_file():
+        raise CLIError(f"RUN: {path} does not exist (training and evaluation write transcripts there; "
+                       "is this a run folder?)")
+    records = select_samples(read_samples(path), last=args.last, kind=args.kind, failures=args.failures)
+    if not records:
+        what = " ".join(filter(None, ["lost" if args.failures else None, args.kind]))
+        print(f"no {what + ' ' if what else ''}transcripts in {path} yet")
+        return 0
+    if sys.stdout.isatty():
+        from rich.console import Console
+
+        console = Console()
+        for record in records:
+            console.print(rich_transcript(record))
+    else:
+        sys.stdout.write("\n".join(plain_transcript(record) for record in records))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from streamrl.policy.export import export_policy
+    from streamrl.policy.loading import load_policy
+
+    model, _ = model_of(args.source, "RUN_OR_MODEL")
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise CLIError(f"--out: {out} exists and is not an empty folder; choose a new one")
+    if out.resolve() == Path(model).expanduser().resolve():
+        raise CLIError("--out: the export would overwrite its source")
+    policy = load_policy(model, dtype=args.dtype)
+    folder = export_policy(policy, out, adapter=args.adapter)
+    if args.adapter:
+        print(f"LoRA adapter of {model} in {folder} (base: {_adapter_base(folder)}); "
+              "load it with peft.AutoPeftModelForCausalLM.from_pretrained")
+    else:
+        merged = " (LoRA merged)" if policy.is_lora else ""
+        print(f"{model}{merged} exported to {folder}; load it with transformers.AutoModelForCausalLM.from_pretrained")
+    return 0
+
+
+def _adapter_base(folder: Path) -> str:
+    return str(json.loads((folder / "adapter_config.json").read_text(encoding="utf-8")).get("base_model_name_or_path"))
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -153,6 +269,16 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("models:       " + ", ".join(KNOWN_SPECS) + ", or a local Hugging Face model folder")
         print("warm starts:  " + (", ".join(WARM_START_PREFIX + name for name in shipped_warm_starts()) or "none"))
     return 0
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -198,7 +324,28 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--seed", type=int)
     play.add_argument("--task-id")
     play.add_argument("--option", action="append", type=_option, help="environment option KEY=VALUE")
+    play.add_argument("--model", help="let this policy play while you watch: a run folder, model folder or spec")
+    play.add_argument("--config", action="append",
+                      help="with --model: settings to play with (default: the run's config.yaml, else default)")
+    play.add_argument("--temperature", type=float, help="with --model: sampling temperature (default: evaluation's)")
+    play.add_argument("overrides", nargs="*", help="with --model: dotted overrides, e.g. rollout.max_new_tokens=64")
     play.set_defaults(func=cmd_play)
+
+    show = sub.add_parser("show", help="print recent transcripts of a run (its samples.jsonl)")
+    show.add_argument("run", help="run folder")
+    show.add_argument("--last", type=_positive, default=5, help="newest N transcripts (default 5)")
+    show.add_argument("--kind", choices=("train", "eval"), help="only training or only evaluation episodes")
+    show.add_argument("--failures", action="store_true", help="only episodes that were not won")
+    show.set_defaults(func=cmd_show)
+
+    export = sub.add_parser("export", help="write a run's model as a standard Hugging Face folder")
+    export.add_argument("source", metavar="RUN_OR_MODEL",
+                        help="run folder (final_model, else newest valid checkpoint), model folder or spec")
+    export.add_argument("--out", required=True, help="new folder to write")
+    export.add_argument("--adapter", action="store_true",
+                        help="write the LoRA adapter (with its base model's path) instead of merged weights")
+    export.add_argument("--dtype", default="float32", choices=sorted(DTYPE_NAMES), help="weights dtype (default float32)")
+    export.set_defaults(func=cmd_export)
 
     listing = sub.add_parser("list", help="list environments, algorithms and models")
     listing.add_argument("what", nargs="?", default="all", choices=("all", "envs", "algos", "models"))
@@ -207,7 +354,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # `play ENV --model M field=value`: overrides after options follow the ENV positional
+        if args.command == "play" and all("=" in extra and not extra.startswith("-") for extra in extras):
+            args.overrides = [*args.overrides, *extras]
+        else:
+            parser.parse_args(argv)  # the usual argparse error for what is left over
     _quiet_libraries()
     if os.getcwd() not in sys.path:  # --env my_pkg.my_env:MyEnv imports from here, as python -m would
         sys.path.insert(0, os.getcwd())

@@ -5,7 +5,12 @@
 
 ``play`` reads one command per line from stdin and prints each observation and the admissible
 actions. A command the environment does not understand gets its own answer (``Nothing happens.``
-in ALFWorld), never a traceback; ``quit``, ``exit`` or end of input stop cleanly.
+in ALFWorld), never a traceback; ``quit``, ``exit`` or end of input stop cleanly. At a terminal the
+line has editing and history (readline). A line opening a fence (```` ``` ````) continues until the
+closing fence, so a code block can be typed for environments whose action is code (math_tir).
+
+``watch`` is the same episode played by a model (``streamrl play ENV --model PATH``): each
+observation, the model's reply and the action parsed from it are printed as they happen.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import argparse
 import ast
 import sys
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from streamrl.envs.base import Env
 from streamrl.envs.registry import BUILD_ERRORS, EnvOptionError, UnknownEnvironmentError, build, get_entry, list_envs
@@ -49,16 +54,71 @@ def start(name: str, seed: int | None, task_id: str | None, options: dict[str, A
     return env, observation, info
 
 
+#: how a person types an action, by ``EnvSpec.action_format`` (shown once at the start)
+TYPING_HINTS = {
+    "code": (
+        "To run Python, type a line with ```python, then your code line by line, then a line with ``` "
+        "(only that block runs; print() what you want to see). To answer, type one line ending with "
+        "\\boxed{your answer}, e.g. Answer: \\boxed{42}."
+    ),
+}
+FENCE = "```"
+
+
+def line_reader(stdin: TextIO, out: TextIO) -> Callable[[str], str | None]:
+    """``read(prompt)``: the next line without its newline, or None at end of input.
+
+    At a terminal (``stdin`` is the process's own and a TTY) lines come from ``input()`` with
+    readline's editing and history; otherwise from ``stdin.readline()``."""
+    interactive = stdin is sys.stdin and stdin.isatty()
+    if interactive:
+        try:
+            import readline  # noqa: F401  (importing it gives input() line editing and history)
+        except ImportError:  # e.g. Windows without pyreadline
+            pass
+
+    def read(prompt: str) -> str | None:
+        if interactive:
+            try:
+                return input(prompt)
+            except EOFError:
+                return None
+        out.write(prompt)
+        out.flush()
+        line = stdin.readline()
+        return line.rstrip("\r\n") if line else None
+
+    return read
+
+
+def read_action(read: Callable[[str], str | None]) -> str | None:
+    """One action: a line, or, when a line opens a fence, every line up to the closing fence."""
+    line = read("> ")
+    if line is None or not line.strip().startswith(FENCE) or line.strip().count(FENCE) > 1:
+        return line
+    lines = [line]
+    while True:
+        more = read("... ")
+        if more is None:  # end of input inside the block: take what was typed
+            return "\n".join(lines)
+        lines.append(more)
+        if more.strip() == FENCE:
+            return "\n".join(lines)
+
+
 def play(name: str, seed: int | None, task_id: str | None, options: dict[str, Any], stdin: TextIO, out: TextIO) -> int:
     env, observation, info = start(name, seed, task_id, options)
+    read = line_reader(stdin, out)
     try:
-        out.write(f"[{name} task {info.get('task_id')}; type 'quit' to stop]\n{observation}\n")
+        out.write(f"[{name} task {info.get('task_id')}; type 'quit' to stop]\n")
+        hint = TYPING_HINTS.get(env.spec.action_format)
+        if hint:
+            out.write(f"[how to type: {hint}]\n")
+        out.write(f"{observation}\n")
         _print_actions(info, out)
         while True:
-            out.write("> ")
-            out.flush()
-            line = stdin.readline()
-            if not line or line.strip().lower() in QUIT:
+            line = read_action(read)
+            if line is None or line.strip().lower() in QUIT:
                 out.write("\nBye.\n")
                 return 0
             try:
@@ -74,6 +134,86 @@ def play(name: str, seed: int | None, task_id: str | None, options: dict[str, An
             _print_actions(result.info, out)
     finally:
         env.close()
+
+
+class _Narrated:
+    """An environment for ``EpisodeRunner`` that prints what happens as it happens (calls run in a
+    thread, so the runner's timeouts still apply)."""
+
+    def __init__(self, env: Env, name: str, out: TextIO):
+        self.env, self.spec, self.name, self.out = env, env.spec, name, out
+
+    def _write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+    async def reset(self, seed: int | None = None, task_id: str | None = None, options: Any = None) -> Any:
+        import asyncio
+
+        observation, info = await asyncio.to_thread(self.env.reset, seed=seed, task_id=task_id, options=options)
+        self._write(f"[{self.name} task {info.get('task_id')}; the model plays; Ctrl-C stops]\n{observation}\n")
+        _print_actions(info, self.out)
+        return observation, info
+
+    async def step(self, action: str) -> Any:
+        import asyncio
+
+        self._write(f"[action: {action!r}]\n")
+        result = await asyncio.to_thread(self.env.step, action)
+        self._write(f"{result.observation}\n")
+        if not (result.terminated or result.truncated):
+            _print_actions(result.info, self.out)
+        return result
+
+    async def close(self) -> None:
+        self.env.close()
+
+
+class _Narrating:
+    """An engine wrapper that prints the model's reply to each turn."""
+
+    def __init__(self, engine: Any, out: TextIO):
+        self.engine, self.out = engine, out
+
+    @property
+    def version(self) -> int:
+        return self.engine.version
+
+    async def generate(self, request: Any) -> Any:
+        result = await self.engine.generate(request)
+        text = result.text if result.text is not None else ""
+        quoted = "\n".join(f"  | {line}" for line in text.splitlines() or ["(empty reply)"])
+        self.out.write(f"model:\n{quoted}\n")
+        self.out.flush()
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+
+def watch(name: str, seed: int | None, task_id: str | None, options: dict[str, Any], runner: Any, out: TextIO) -> int:
+    """Play one episode of ``name`` with ``runner`` (an ``EpisodeRunner``: the evaluation's engine,
+    prompt builder and parser), printing each observation, model reply and parsed action."""
+    import asyncio
+    import time
+
+    from streamrl.rollout.trajectory import DispatchRecord
+
+    env, _, _ = start(name, seed, task_id, options)  # one-line errors for --seed/--task-id/--option
+    runner.engine = _Narrating(runner.engine, out)
+    # reset with what the person asked for, exactly as human play does (task_id None: the env picks)
+    record = DispatchRecord(request_id="play", prompt_id=task_id, seq=0,  # type: ignore[arg-type]
+                            policy_version=runner.engine.version, env_seed=seed, dispatched_at=time.time())
+    try:
+        trajectory = asyncio.run(runner.run(_Narrated(env, name, out), record))
+    finally:
+        env.close()
+    verdict = "won" if trajectory.won else "not won"
+    error = f" ({trajectory.error})" if trajectory.error else ""
+    outcome = "none" if trajectory.outcome is None else f"{trajectory.outcome:g}"
+    out.write(f"[episode over: {verdict}; ended {trajectory.end_reason}{error}; outcome {outcome}; "
+              f"{len(trajectory.turns)} turns]\n")
+    return 0
 
 
 def list_command(out: TextIO) -> int:

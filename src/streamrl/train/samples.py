@@ -3,7 +3,8 @@
 Metrics say how often the policy wins; transcripts show what it actually writes. Training writes a
 few episodes of a batch every ``logging.samples_every`` learner steps, with the advantage each turn
 was trained with; every evaluation writes all of its episodes. One JSON object a line (``kind``
-``train`` or ``eval``); ``write_report`` renders successes and failures of the last evaluation.
+``train`` or ``eval``); ``write_report`` renders successes and failures of the last evaluation, and
+``streamrl show RUN`` the newest ones in the terminal (``read_samples``, ``plain_transcript``, ``rich_transcript``).
 """
 
 from __future__ import annotations
@@ -84,3 +85,80 @@ class SampleLog:
     def close(self) -> None:
         self._file.close()
 
+
+# -- reading them back: ``streamrl show`` --------------------------------------------------------
+
+
+def read_samples(path: Path) -> list[dict[str, Any]]:
+    """The records of ``samples.jsonl`` in file order. A line that does not parse (the last one of a
+    run still writing, or a damaged one) is skipped, so a live run can be watched."""
+    records = []
+    with Path(path).open(encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and isinstance(record.get("turns"), list):
+                records.append(record)
+    return records
+
+
+def select_samples(
+    records: list[dict[str, Any]], *, last: int = 5, kind: str | None = None, failures: bool = False
+) -> list[dict[str, Any]]:
+    """The ``last`` newest records of ``kind`` (None: both), only lost episodes with ``failures``."""
+    chosen = [r for r in records if (kind is None or r.get("kind") == kind) and not (failures and r.get("won"))]
+    return chosen[-last:] if last > 0 else []
+
+
+def _number(value: Any) -> str:
+    return "-" if value is None else f"{value:g}" if isinstance(value, (int, float)) else str(value)
+
+
+def transcript_header(record: dict[str, Any]) -> str:
+    """``eval step 40 (eval-v40) task test/3 [pick_and_place]: WON, outcome 1, 4 turns, ended terminated``"""
+    tag = f" ({record['tag']})" if record.get("tag") else ""
+    task_type = f" [{record['task_type']}]" if record.get("task_type") else ""
+    verdict = "WON" if record.get("won") else "lost"
+    outcome = "none (crashed)" if record.get("outcome") is None else _number(record["outcome"])
+    return (f"{record.get('kind', '?')} step {record.get('step', '?')}{tag} task {record.get('task_id')}{task_type}: "
+            f"{verdict}, outcome {outcome}, {len(record['turns'])} turns, ended {record.get('end_reason')}")
+
+
+def turn_note(turn: dict[str, Any]) -> str:
+    """``reward 0, advantage -0.31, invalid format`` (the advantage only for trained episodes)."""
+    parts = [f"reward {_number(turn.get('reward'))}"]
+    if turn.get("advantage") is not None:
+        parts.append(f"advantage {turn['advantage']:+.3f}")
+    if not turn.get("format_valid", True):
+        parts.append("invalid format")
+    if turn.get("action") is not None and turn.get("action") != (turn.get("action_text") or "").strip():
+        parts.append(f"parsed action: {turn['action']!r}")
+    return ", ".join(parts)
+
+
+def plain_transcript(record: dict[str, Any]) -> str:
+    """One episode as plain text: the task, then each model turn (``>``-quoted) and what came back."""
+    lines = ["=" * 80, transcript_header(record), "-" * 80, str(record.get("task") or "").rstrip()]
+    for index, turn in enumerate(record["turns"], 1):
+        lines += ["", f"[turn {index}] model ({turn_note(turn)}):"]
+        lines += [f"> {line}" for line in (turn.get("action_text") or "").splitlines() or [""]]
+        lines += [str(turn.get("observation") or "").rstrip()]
+    return "\n".join(lines) + "\n"
+
+
+def rich_transcript(record: dict[str, Any]) -> Any:
+    """One episode as a rich panel (for a terminal)."""
+    from rich.console import Group
+    from rich.panel import Panel
+    from rich.text import Text
+
+    colour = "green" if record.get("won") else "red"
+    parts: list[Any] = [Text(transcript_header(record), style=f"bold {colour}"), Text(str(record.get("task") or "").rstrip())]
+    for index, turn in enumerate(record["turns"], 1):
+        style = "bold cyan" if turn.get("format_valid", True) else "bold red"
+        parts.append(Text(f"\nturn {index} ({turn_note(turn)})", style="dim"))
+        parts.append(Text(turn.get("action_text") or "(empty reply)", style=style))
+        parts.append(Text(str(turn.get("observation") or "").rstrip()))
+    return Panel(Group(*parts), border_style=colour)
