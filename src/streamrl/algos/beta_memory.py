@@ -104,6 +104,20 @@ class BetaPromptMemory(ABC):
         """Current pseudo-counts (the unseen prior for an unknown prompt), without side effects."""
 
     # -- shared -------------------------------------------------------------------------------
+    #: subclasses keep ``_state[prompt_id] = [alpha, beta, x]``; an offline prior starts ``x`` here
+    #: (SPO: visits 0; SPO++: anchored at ``z = 0``, so it fades as snapshots publish)
+    _offline_x: float = 0.0
+    _state: dict
+
+    def init_offline(self, prompt_id: PromptId, successes: float, n0: int, smoothed: bool = True) -> None:
+        """Start ``prompt_id`` from ``n0`` offline rollouts of ``pi_0`` with ``successes`` wins
+        (before any evidence for it; see :func:`offline_prior`)."""
+        check_id("prompt", prompt_id)
+        if prompt_id in self._state:
+            raise ValueError(f"prompt {prompt_id!r} already has tracker state; offline init must come first")
+        alpha, beta = offline_prior(successes, n0, self.n_prior, smoothed)
+        self._state[prompt_id] = [alpha, beta, self._offline_x]
+
     def _unseen_counts(self) -> tuple[float, float]:
         half = 0.5 if self.unseen_prior == "half" else 0.5 * self.n_prior
         return half, half

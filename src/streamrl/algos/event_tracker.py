@@ -23,7 +23,6 @@ from streamrl.algos.beta_memory import (
     UnseenPrior,
     check_id,
     forgetting_factor,
-    offline_prior,
     prior_strength,
 )
 
@@ -92,14 +91,6 @@ class EventTimeTracker(BetaPromptMemory):
         return self._z
 
     # -- registration -------------------------------------------------------------------------
-    def init_offline(self, prompt_id: PromptId, successes: float, n0: int, smoothed: bool = True) -> None:
-        """Offline prior from ``n0`` rollouts of ``pi_0``, anchored at ``z = 0`` (it fades as snapshots publish)."""
-        check_id("prompt", prompt_id)
-        if prompt_id in self._state:
-            raise ValueError(f"prompt {prompt_id!r} is already registered; offline init must come first")
-        alpha, beta = offline_prior(successes, n0, self.n_prior, smoothed)
-        self._state[prompt_id] = [alpha, beta, 0.0]
-
     def register(self, prompt_id: PromptId, z: float | None = None) -> None:
         """Give an unseen prompt the unseen prior anchored at ``z`` (default: now). No-op if known
         (but it fixes the anchor of a prompt so far only met through ``record``)."""

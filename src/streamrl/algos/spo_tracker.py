@@ -17,7 +17,6 @@ from streamrl.algos.beta_memory import (
     UnseenPrior,
     check_id,
     forgetting_factor,
-    offline_prior,
     policy_drift,
     prior_strength,
 )
@@ -30,6 +29,8 @@ class SPOTracker(BetaPromptMemory):
     update the actor, then :meth:`update` each prompt in batch order with the drift under the
     post-update policy. Duplicates within a batch all read the same pre-step value.
     """
+
+    _offline_x = 0  # visits
 
     drift = staticmethod(policy_drift)
 
@@ -57,14 +58,6 @@ class SPOTracker(BetaPromptMemory):
     def _alpha_beta(self, prompt_id: PromptId) -> tuple[float, float]:
         entry = self._state.get(prompt_id)
         return (entry[0], entry[1]) if entry is not None else self._unseen_counts()
-
-    def init_offline(self, prompt_id: PromptId, successes: float, n0: int, smoothed: bool = True) -> None:
-        """Start ``prompt_id`` from ``n0`` offline rollouts with ``successes`` wins (before any update)."""
-        check_id("prompt", prompt_id)
-        if prompt_id in self._state:
-            raise ValueError(f"prompt {prompt_id!r} already has tracker state; offline init must come first")
-        alpha, beta = offline_prior(successes, n0, self.n_prior, smoothed)
-        self._state[prompt_id] = [alpha, beta, 0]
 
     def forgetting_factor(self, drift: float) -> float:
         return forgetting_factor(drift, self.d_half, self.rho_min, self.rho_max)

@@ -32,7 +32,7 @@ from streamrl.rollout.episode import EpisodeRunner, EpisodeSettings
 from streamrl.rollout.events import EventLog
 from streamrl.rollout.sources import DispatchMeta, PromptSource
 from streamrl.rollout.staleness import admission_capacity, is_stale, sample_lag
-from streamrl.rollout.trajectory import ENV_FAULT_END_REASONS, DispatchRecord, Trajectory
+from streamrl.rollout.trajectory import ENV_FAULT_END_REASONS, DispatchRecord, Trajectory, env_seed
 
 Mode = Literal["stream", "group"]
 STATE_FORMAT = 1
@@ -426,7 +426,7 @@ class Rollout:
             baseline=meta.baseline,
             extra=dict(meta.extra),
             # group members share a seed: the same task in the same initial state
-            env_seed=random.Random(f"{self.settings.seed}:{seed_key}").randrange(2**31),
+            env_seed=env_seed(self.settings.seed, seed_key),
             dispatched_at=time.time(),
         )
 

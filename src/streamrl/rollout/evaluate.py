@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from typing import Callable, Sequence
 
 from streamrl.envs.base import AsyncEnv, Env
 from streamrl.rollout.env_pool import EnvPool
 from streamrl.rollout.episode import EpisodeRunner
-from streamrl.rollout.trajectory import DispatchRecord, Trajectory
+from streamrl.rollout.trajectory import DispatchRecord, Trajectory, env_seed
 
 
 async def run_episodes(
@@ -40,7 +39,7 @@ async def run_episodes(
                 prompt_id=prompt_id,
                 seq=index,
                 policy_version=runner.engine.version,
-                env_seed=random.Random(f"{seed}:{index}").randrange(2**31),
+                env_seed=env_seed(seed, index),
                 dispatched_at=time.time(),
             )
             return await runner.run_leased(envs, record)

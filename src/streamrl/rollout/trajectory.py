@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -215,6 +216,19 @@ class Trajectory:
         except KeyError as missing:
             raise ValueError(f"trajectory dict lacks the field {missing}") from None
         return _build(cls, {**data, "dispatch": dispatch, "turns": turns})
+
+
+def env_seed(run_seed: int, key: object) -> int:
+    """The environment seed of an episode: a deterministic function of the run's seed and a key
+    (the dispatch sequence, a group id: members of a group share the key, hence the initial state)."""
+    return random.Random(f"{run_seed}:{key}").randrange(2**31)
+
+
+def turn_stats(trajectories: list[Trajectory]) -> tuple[float, float]:
+    """(turns per episode, share of format-invalid turns) over ``trajectories`` (0 when empty)."""
+    turns = sum(len(t.turns) for t in trajectories)
+    invalid = sum(sum(t.invalid_flags) for t in trajectories)
+    return turns / max(len(trajectories), 1), invalid / max(turns, 1)
 
 
 def _build(cls: type, data: dict[str, Any]) -> Any:

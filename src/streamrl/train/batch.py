@@ -8,6 +8,7 @@ advantages) live in flat ``[M]`` tensors, and ``token_turn`` sends them to actio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import torch
 
@@ -72,6 +73,32 @@ class Batch:
     @property
     def num_action_tokens(self) -> int:
         return int(self.action_mask.sum())
+
+    @property
+    def width(self) -> int:
+        """S: the padded row length (a flat position is ``row * S + column``)."""
+        return int(self.input_ids.shape[1])
+
+    def row_of(self, positions: torch.Tensor) -> torch.Tensor:
+        """The row of each flat position."""
+        return positions // self.width
+
+    def locate(self, rows: list[int], positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Which of the flat ``positions`` ``[K]`` fall in ``rows`` (a micro-batch): their indices
+        into ``positions``, and their (row within ``rows``, column)."""
+        local = torch.full((self.num_rows,), -1, dtype=torch.long)
+        local[torch.tensor(rows, dtype=torch.long)] = torch.arange(len(rows))
+        owner = local[self.row_of(positions)]
+        pick = (owner >= 0).nonzero(as_tuple=True)[0]
+        return pick, owner[pick], positions[pick] % self.width
+
+    def value_mask(self) -> torch.Tensor:
+        """``[N, S]`` bool: where value readouts are read (turn boundaries and bootstrap positions)."""
+        mask = torch.zeros_like(self.action_mask)
+        mask.view(-1)[self.pre_action] = True
+        mask.view(-1)[self.post_action] = True
+        mask.view(-1)[self.bootstrap[self.bootstrap >= 0]] = True
+        return mask
 
     def trajectory_lengths(self) -> torch.Tensor:
         """L_i: action tokens per trajectory, ``[n]`` float64."""
@@ -199,3 +226,33 @@ def micro_batches(batch: Batch, rows: list[int], micro_batch_size: int) -> list[
     lengths = batch.attention_mask.sum(dim=1)
     ordered = sorted(rows, key=lambda r: int(lengths[r]))
     return [ordered[i : i + micro_batch_size] for i in range(0, len(ordered), micro_batch_size)]
+
+
+def broadcast_to_tokens(turn_values: torch.Tensor, token_turn: torch.Tensor) -> torch.Tensor:
+    """``[M]`` per turn -> ``[N, S]`` per action token, by ``token_turn``; off-action tokens (-1)
+    get 0 (False for a bool ``turn_values``). Float values come back as float64."""
+    if turn_values.dtype != torch.bool:
+        turn_values = turn_values.to(torch.float64)
+    padded = torch.cat([turn_values, turn_values.new_zeros(1)])
+    return padded[token_turn]  # token_turn -1 picks the trailing zero
+
+
+def position_chunks(
+    batch: Batch, positions: torch.Tensor, micro_batch_size: int
+) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Micro-batches of the rows holding flat ``positions``: yields each micro-batch's row
+    tensors, which entries of ``positions`` it holds, and those entries' (local row, column)."""
+    rows_of = batch.row_of(positions)
+    for rows in micro_batches(batch, sorted(set(rows_of.tolist())), micro_batch_size):
+        pick, local_rows, cols = batch.locate(rows, positions)
+        yield batch.rows(rows), pick, local_rows, cols
+
+
+def bootstrap_values(batch: Batch, read: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """``[n]`` float64: the value after each cut episode's last turn, ``read`` at its flat
+    bootstrap position (``truncation: bootstrap``); 0 for episodes without one."""
+    has = batch.bootstrap >= 0
+    values = torch.zeros(len(batch.trajectories), dtype=torch.float64)
+    if has.any():
+        values[has] = read(batch.bootstrap[has]).double()
+    return values

@@ -10,6 +10,7 @@ from streamrl.envs import make, make_parser, make_prompt_builder
 from streamrl.policy.api import InferenceEngine, SamplingParams
 from streamrl.rollout import EpisodeRunner, EpisodeSettings, Trajectory
 from streamrl.rollout.evaluate import run_episodes
+from streamrl.rollout.trajectory import turn_stats
 from streamrl.train.config import Config
 
 
@@ -45,15 +46,15 @@ def summarise(trajectories: list[Trajectory], split: str, version: int) -> EvalR
     by_type: dict[str, list[bool]] = defaultdict(list)
     for t in trajectories:
         by_type[t.task_type or "unknown"].append(bool(t.won))
-    turns = sum(len(t.turns) for t in trajectories)
+    mean_turns, format_invalid_frac = turn_stats(trajectories)
     return EvalResult(
         split=split,
         policy_version=version,
         episodes=len(trajectories),
         success=sum(t.won for t in trajectories) / max(len(trajectories), 1),
         by_task_type={k: {"success": sum(v) / len(v), "episodes": float(len(v))} for k, v in sorted(by_type.items())},
-        mean_turns=turns / max(len(trajectories), 1),
-        format_invalid_frac=sum(sum(t.invalid_flags) for t in trajectories) / max(turns, 1),
+        mean_turns=mean_turns,
+        format_invalid_frac=format_invalid_frac,
         crashed=sum(t.outcome is None for t in trajectories),
         trajectories=trajectories,
     )

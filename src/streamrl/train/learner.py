@@ -10,20 +10,20 @@ Formulas live in ``streamrl.algos``; this module only assembles them.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from streamrl.algos import aggregate, kl_estimate, ppo_policy_loss, tis_weights
+from streamrl.algos import aggregate, kl_estimate, policy_drift, ppo_policy_loss, tis_weights
 from streamrl.policy.modeling import enable_gradient_checkpointing
 from streamrl.policy.scoring import ScoreOutput, forward_for_loss, score
 from streamrl.rollout import PromptSource, Trajectory, UniformPromptSource
-from streamrl.train.batch import Batch, collate, micro_batches, shaped_turn_rewards
+from streamrl.rollout.trajectory import turn_stats
+from streamrl.train.batch import Batch, broadcast_to_tokens, collate, micro_batches, shaped_turn_rewards
 from streamrl.train.config import Config
-from streamrl.train.errors import NonFiniteError
+from streamrl.train.optim import check_finite_loss, clip_and_step
 
 
 @dataclass
@@ -137,15 +137,9 @@ class Learner:
         return sum(shaped_turn_rewards(trajectory, self.config.reward))
 
     def score_batch(self, model: Any, batch: Batch, values: bool = False) -> ScoreOutput:
-        value_mask = None
-        if values:
-            value_mask = torch.zeros_like(batch.action_mask)
-            value_mask.view(-1)[batch.pre_action] = True
-            value_mask.view(-1)[batch.post_action] = True
-            value_mask.view(-1)[batch.bootstrap[batch.bootstrap >= 0]] = True
         tensors = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "token_mask": batch.action_mask}
-        if value_mask is not None:
-            tensors["value_mask"] = value_mask
+        if values:
+            tensors["value_mask"] = batch.value_mask()
         return score(
             model,
             tensors,
@@ -204,11 +198,10 @@ class Learner:
         self, batch: Batch, prepared: Prepared, old: ScoreOutput | None, ref: torch.Tensor | None
     ) -> tuple[dict[str, float], Probe | None]:
         algo, optim = self.algo, self.config.optim
-        token_adv = _broadcast(prepared.turn_advantages, batch.token_turn).float()
+        token_adv = broadcast_to_tokens(prepared.turn_advantages, batch.token_turn).float()
         loss_mask = batch.action_mask.clone()
         if prepared.policy_turns is not None:
-            keep_turn = torch.cat([prepared.policy_turns, torch.zeros(1, dtype=torch.bool)])
-            loss_mask &= keep_turn[batch.token_turn]
+            loss_mask &= broadcast_to_tokens(prepared.policy_turns, batch.token_turn)
         policy_active = bool((token_adv[loss_mask] != 0).any())
         if not policy_active and not self.reads_values and not algo.kl_coef:
             return {"actor_skipped": 1.0}, None
@@ -270,12 +263,10 @@ class Learner:
                     loss.backward()
                     for key, value in share.items():
                         shares[key] = shares.get(key, 0.0) + value
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.trainable_parameters(), optim.grad_clip)
-                check_finite_value(self.steps_done + 1, "gradient norm", float(grad_norm))
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
-                check_finite_parameters(self.steps_done + 1, self.model)
-                grad_norms.append(float(grad_norm))
+                grad_norms.append(clip_and_step(
+                    self.policy.trainable_parameters(), self.optimizer, optim.grad_clip,
+                    step=self.steps_done + 1, model=self.model,
+                ))
         self.model.eval()
         total_tokens = max(float(loss_mask.sum()) * algo.epochs, 1.0)
         metrics = {key: value / total_tokens for key, value in weighted.items()}
@@ -296,15 +287,13 @@ class Learner:
         with torch.no_grad():
             now = self._forward_rows(probe.tensors).logprobs
         mask = probe.tensors["action_mask"]
-        return float((now - probe.logprobs).abs()[mask].mean()) if mask.any() else 0.0
+        return policy_drift(now[mask], probe.logprobs[mask])
 
     def _counts(self, batch: Batch, rows: list[int], loss_mask: torch.Tensor) -> dict[str, Any]:
         row_index = torch.tensor(rows, dtype=torch.long)
         in_rows = torch.zeros(batch.num_rows, dtype=torch.bool)
         in_rows[row_index] = True
-        width = batch.input_ids.shape[1]
-        turn_rows = batch.pre_action // width
-        turn_mask = in_rows[turn_rows]
+        turn_mask = in_rows[batch.row_of(batch.pre_action)]
         return {
             "tokens": float(loss_mask[row_index].sum()),
             "rows": float(len(rows)),
@@ -313,15 +302,9 @@ class Learner:
         }
 
     def _micro(self, batch: Batch, rows: list[int]) -> MicroBatch:
-        tensors = batch.rows(rows)
-        width = batch.input_ids.shape[1]
-        local = torch.full((batch.num_rows,), -1, dtype=torch.long)
-        local[torch.tensor(rows)] = torch.arange(len(rows))
-        turn_rows = local[batch.pre_action // width]
-        turn_ids = (turn_rows >= 0).nonzero(as_tuple=True)[0]
-        pre = (turn_rows[turn_ids], batch.pre_action[turn_ids] % width)
-        post = (local[batch.post_action[turn_ids] // width], batch.post_action[turn_ids] % width)
-        return MicroBatch(rows, tensors, turn_ids, pre, post)
+        turn_ids, turn_rows, pre_cols = batch.locate(rows, batch.pre_action)
+        post_cols = batch.post_action[turn_ids] % batch.width  # a turn's boundaries share its row
+        return MicroBatch(rows, batch.rows(rows), turn_ids, (turn_rows, pre_cols), (turn_rows, post_cols))
 
     def _forward_rows(
         self, tensors: dict[str, torch.Tensor], value_mask: torch.Tensor | None = None, with_entropy: bool = False
@@ -347,32 +330,6 @@ class Learner:
         return self._forward_rows(micro.tensors, value_mask, with_entropy=True)
 
 
-# -- the non-finite guard: raised before the bad value reaches the weights (loss, gradient norm)
-# -- or, for parameters, before anything is published or checkpointed
-
-
-def check_finite_loss(step: int, share: dict[str, float]) -> None:
-    """``share``: the loss terms of one micro-batch (``loss`` is their sum)."""
-    bad = [key for key, value in share.items() if not math.isfinite(value)]
-    if bad:
-        terms = ", ".join(f"{key}={share[key]}" for key in bad)
-        raise NonFiniteError(f"step {step}: non-finite loss ({terms}); training stopped before the update")
-
-
-def check_finite_value(step: int, name: str, value: float) -> None:
-    if not math.isfinite(value):
-        raise NonFiniteError(f"step {step}: non-finite {name} ({value}); training stopped before the update")
-
-
-def check_finite_parameters(step: int, model: Any, what: str = "parameter") -> None:
-    for name, parameter in model.named_parameters():
-        if parameter.requires_grad and not bool(torch.isfinite(parameter).all()):
-            raise NonFiniteError(
-                f"step {step}: non-finite {what} {name} after the optimiser step (optim.lr too high?); "
-                "training stopped, nothing of it was saved"
-            )
-
-
 class _PhaseClock:
     def __init__(self) -> None:
         self.started = self.last = time.perf_counter()
@@ -385,12 +342,6 @@ class _PhaseClock:
 
     def metrics(self) -> dict[str, float]:
         return {**{f"time_{k}_s": v for k, v in self.phases.items()}, "learner_time_s": self.last - self.started}
-
-
-def _broadcast(turn_values: torch.Tensor, token_turn: torch.Tensor) -> torch.Tensor:
-    """``[M]`` per turn -> ``[N, S]`` per action token (0 elsewhere)."""
-    padded = torch.cat([turn_values.to(torch.float64), turn_values.new_zeros(1, dtype=torch.float64)])
-    return padded[token_turn]  # token_turn -1 picks the trailing zero
 
 
 def _advantages_by_request(batch: Batch, turn_advantages: torch.Tensor) -> dict[str, list[float]]:
@@ -412,6 +363,7 @@ def _delivery_metrics(delivered: list[Trajectory], usable: list[Trajectory]) -> 
     n = max(len(delivered), 1)
     finished = [t for t in delivered if t.outcome is not None]
     lags = [t.lag for t in delivered if t.lag is not None]
+    turns_mean, format_invalid_frac = turn_stats(delivered)
     return {
         "trajectories": float(len(delivered)),
         "trajectories_in_loss": float(len(usable)),
@@ -420,7 +372,7 @@ def _delivery_metrics(delivered: list[Trajectory], usable: list[Trajectory]) -> 
         "crashed_frac": (len(delivered) - len(finished)) / n,
         "stale_frac": sum(t.excluded_from_loss for t in delivered) / n,
         "lag_mean": sum(lags) / max(len(lags), 1),
-        "turns_mean": sum(len(t.turns) for t in delivered) / n,
+        "turns_mean": turns_mean,
         "action_tokens_mean": sum(t.num_action_tokens for t in delivered) / n,
-        "format_invalid_frac": sum(sum(t.invalid_flags) for t in delivered) / max(sum(len(t.turns) for t in delivered), 1),
+        "format_invalid_frac": format_invalid_frac,
     }

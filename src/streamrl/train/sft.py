@@ -29,6 +29,7 @@ from streamrl.policy.scoring import forward_for_loss
 from streamrl.rollout import Trajectory
 from streamrl.train.batch import collate, micro_batches
 from streamrl.train.config import Config
+from streamrl.train.optim import clip_and_step
 from streamrl.rollout.evaluate import run_episodes
 from streamrl.train.evaluate import episode_runner, episode_settings
 
@@ -207,9 +208,7 @@ def behaviour_cloning(config: Config, policy: Any, demos: list[Trajectory], log:
                 loss.backward()
                 total_loss += float(loss.detach()) * tokens
                 correct += float((out.logprobs[mask] > -0.693).sum())  # p > 0.5: the argmax for sure
-            torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), optim.grad_clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            clip_and_step(policy.trainable_parameters(), optimizer, optim.grad_clip)
             total_tokens += tokens
             step += 1
         metrics = {

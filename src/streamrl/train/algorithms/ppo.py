@@ -15,8 +15,9 @@ import torch
 from streamrl.algos import advantage_stats, token_measure_whiten, turn_gae_batched, turn_normalize, value_loss
 from streamrl.policy.modeling import decoder_and_head, enable_gradient_checkpointing, position_ids_from_mask
 from streamrl.rollout import Trajectory
-from streamrl.train.batch import Batch, micro_batches
-from streamrl.train.learner import Learner, Prepared, Probe, check_finite_parameters, check_finite_value
+from streamrl.train.batch import Batch, bootstrap_values, position_chunks
+from streamrl.train.learner import Learner, Prepared, Probe
+from streamrl.train.optim import check_finite_value, clip_and_step
 
 
 class Critic(torch.nn.Module):
@@ -57,22 +58,11 @@ class PPOLearner(Learner):
     def needs_old_pass(self) -> bool:
         return self.algo.epochs > 1 or self.algo.mini_batches > 1
 
-    def _position_chunks(self, batch: Batch, positions: torch.Tensor):
-        """Micro-batches of rows holding ``positions`` (flat, row * width + col): yields the row
-        tensors, which entries of ``positions`` they hold, and those entries' (local row, col)."""
-        width = batch.input_ids.shape[1]
-        rows_of = positions // width
-        for rows in micro_batches(batch, sorted(set(rows_of.tolist())), self.config.optim.micro_batch_size):
-            local = torch.full((batch.num_rows,), -1, dtype=torch.long)
-            local[torch.tensor(rows)] = torch.arange(len(rows))
-            pick = (local[rows_of] >= 0).nonzero(as_tuple=True)[0]
-            yield batch.rows(rows), pick, local[rows_of[pick]], positions[pick] % width
-
     @torch.no_grad()
     def critic_values(self, batch: Batch, positions: torch.Tensor) -> torch.Tensor:
         """V at flat ``positions`` ``[K]`` -> ``[K]`` float32."""
         values = torch.zeros(positions.numel(), dtype=torch.float32)
-        for tensors, pick, rows, cols in self._position_chunks(batch, positions):
+        for tensors, pick, rows, cols in position_chunks(batch, positions, self.config.optim.micro_batch_size):
             values[pick] = self.critic(tensors["input_ids"], tensors["attention_mask"], rows, cols)
         return values
 
@@ -82,10 +72,7 @@ class PPOLearner(Learner):
         padded = batch.padded_turns(v_old, done_on_last=self.algo.truncation == "terminal")
         last_values = None
         if self.algo.truncation == "bootstrap":
-            has = batch.bootstrap >= 0
-            last_values = torch.zeros(len(batch.trajectories), dtype=torch.float64)
-            if has.any():
-                last_values[has] = self.critic_values(batch, batch.bootstrap[has]).double()
+            last_values = bootstrap_values(batch, lambda positions: self.critic_values(batch, positions))
         adv_padded, returns = turn_gae_batched(
             padded["rewards"], padded["values"], padded["dones"], padded["mask"], self.algo.gamma, self.algo.lam, last_values
         )
@@ -114,7 +101,7 @@ class PPOLearner(Learner):
         losses, norms = [], []
         for _ in range(self.algo.epochs):
             total = 0.0
-            for tensors, pick, rows, cols in self._position_chunks(batch, batch.pre_action):
+            for tensors, pick, rows, cols in position_chunks(batch, batch.pre_action, self.config.optim.micro_batch_size):
                 values = self.critic(tensors["input_ids"], tensors["attention_mask"], rows, cols)
                 loss = value_loss(
                     values, v_old[pick], returns[pick], torch.ones_like(values, dtype=torch.bool),
@@ -123,11 +110,10 @@ class PPOLearner(Learner):
                 check_finite_value(self.steps_done + 1, "critic loss", float(loss.detach()))
                 loss.backward()
                 total += float(loss.detach())
-            norms.append(float(torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.config.optim.grad_clip)))
-            check_finite_value(self.steps_done + 1, "critic gradient norm", norms[-1])
-            self.critic_optimizer.step()
-            self.critic_optimizer.zero_grad(set_to_none=True)
-            check_finite_parameters(self.steps_done + 1, self.critic, "critic parameter")
+            norms.append(clip_and_step(
+                self.critic.parameters(), self.critic_optimizer, self.config.optim.grad_clip,
+                step=self.steps_done + 1, model=self.critic, what="critic ",
+            ))
             losses.append(total)
         self.critic.eval()
         return {"critic_loss": sum(losses) / len(losses), "critic_grad_norm": sum(norms) / len(norms)}

@@ -13,7 +13,7 @@ import torch
 
 from streamrl.algos import advantage_stats, sapo_advantages, sapo_targets, sapo_value_loss, value_readout, value_saturation_frac
 from streamrl.policy.scoring import ScoreOutput
-from streamrl.train.batch import Batch
+from streamrl.train.batch import Batch, bootstrap_values
 from streamrl.train.learner import Learner, MicroBatch, Prepared
 
 
@@ -39,9 +39,7 @@ class SAPOLearner(Learner):
         padded = batch.padded_turns(v_old, done_on_last=self.algo.truncation == "terminal")
         last_values = None
         if self.algo.truncation == "bootstrap":
-            has = batch.bootstrap >= 0
-            last_values = torch.zeros(len(batch.trajectories), dtype=torch.float64)
-            last_values[has] = self.readout(flat_logits[batch.bootstrap[has]]).double()
+            last_values = bootstrap_values(batch, lambda positions: self.readout(flat_logits[positions]))
         q_padded = turns.padded(q_old)[0]
         targets = sapo_targets(
             padded["rewards"], padded["values"], q_padded, padded["dones"], padded["mask"],

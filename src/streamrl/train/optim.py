@@ -1,0 +1,61 @@
+"""The one optimiser step every update uses (actor, PPO's critic, SFT), and the non-finite guard.
+
+Gradients are accumulated by the caller (``loss.backward()`` per micro-batch, each loss already a
+share of the global mean); ``clip_and_step`` then clips, steps and clears them. With ``step`` given,
+a non-finite loss, gradient norm or parameter raises ``NonFiniteError`` before the bad value reaches
+the weights (loss, gradient norm) or, for parameters, before anything is published or checkpointed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+import torch
+
+from streamrl.train.errors import NonFiniteError
+
+
+def clip_and_step(
+    parameters: Iterable[torch.nn.Parameter],
+    optimizer: torch.optim.Optimizer,
+    grad_clip: float,
+    *,
+    step: int | None = None,
+    model: Any = None,
+    what: str = "",
+) -> float:
+    """Clip the accumulated gradient to ``grad_clip``, take the optimiser step, zero the gradient;
+    returns the gradient norm before clipping. ``step`` (the learner step being taken) turns on the
+    guard on the norm and on ``model``'s parameters after the step; ``what`` prefixes the names in
+    its messages (``"critic "``)."""
+    norm = float(torch.nn.utils.clip_grad_norm_(parameters, grad_clip))
+    if step is not None:
+        check_finite_value(step, f"{what}gradient norm", norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    if step is not None and model is not None:
+        check_finite_parameters(step, model, f"{what}parameter")
+    return norm
+
+
+def check_finite_loss(step: int, share: dict[str, float]) -> None:
+    """``share``: the loss terms of one micro-batch (``loss`` is their sum)."""
+    bad = [key for key, value in share.items() if not math.isfinite(value)]
+    if bad:
+        terms = ", ".join(f"{key}={share[key]}" for key in bad)
+        raise NonFiniteError(f"step {step}: non-finite loss ({terms}); training stopped before the update")
+
+
+def check_finite_value(step: int, name: str, value: float) -> None:
+    if not math.isfinite(value):
+        raise NonFiniteError(f"step {step}: non-finite {name} ({value}); training stopped before the update")
+
+
+def check_finite_parameters(step: int, model: Any, what: str = "parameter") -> None:
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad and not bool(torch.isfinite(parameter).all()):
+            raise NonFiniteError(
+                f"step {step}: non-finite {what} {name} after the optimiser step (optim.lr too high?); "
+                "training stopped, nothing of it was saved"
+            )
