@@ -86,3 +86,13 @@ def test_round_trip_through_yaml(tmp_path):
         path = tmp_path / f"{name}.yaml"
         path.write_text(config_to_yaml(config))
         assert load_config(path) == config
+
+
+def test_the_algorithm_table_names_each_algorithm_once():
+    from streamrl.train.algorithms import learner_class
+    from streamrl.train.config import ALGORITHM_TABLE
+
+    assert ALGORITHMS == tuple(ALGORITHM_TABLE) == ("spo", "spo++", "grpo", "ppo", "sapo")
+    for name, (section, _) in ALGORITHM_TABLE.items():
+        assert type(load_config(algo=name).algo) is section
+        assert learner_class(name).name == name

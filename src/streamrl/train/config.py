@@ -172,11 +172,22 @@ class SAPOConfig(ValueConfig):
     norm_measure: Literal["turn", "token"] = "turn"
 
 
-AlgoConfig = Annotated[
-    Union[SPOConfig, SPOPlusPlusConfig, GRPOConfig, PPOConfig, SAPOConfig],
-    Field(discriminator="name"),
-]
-ALGORITHMS = ("spo", "spo++", "grpo", "ppo", "sapo")
+#: The algorithm table, the one place an algorithm is named: ``algo.name`` -> (its config section,
+#: its learner as ``"module:Class"``, imported by ``streamrl.train.algorithms.make_learner``). The
+#: ``algo`` union, ``ALGORITHMS`` and the per-algorithm field sets derive from it. Adding an
+#: algorithm: its config class above, its module in ``streamrl/train/algorithms/``, one row here.
+ALGORITHM_TABLE: dict[str, tuple[type[PolicyLossConfig], str]] = {
+    "spo": (SPOConfig, "streamrl.train.algorithms.spo:SPOLearner"),
+    "spo++": (SPOPlusPlusConfig, "streamrl.train.algorithms.spo_pp:SPOPlusPlusLearner"),
+    "grpo": (GRPOConfig, "streamrl.train.algorithms.grpo:GRPOLearner"),
+    "ppo": (PPOConfig, "streamrl.train.algorithms.ppo:PPOLearner"),
+    "sapo": (SAPOConfig, "streamrl.train.algorithms.sapo:SAPOLearner"),
+}
+for _name, (_section, _) in ALGORITHM_TABLE.items():
+    if _section.model_fields["name"].default != _name:
+        raise AssertionError(f"ALGORITHM_TABLE row {_name!r}: {_section.__name__}.name must default to {_name!r}")
+ALGORITHMS = tuple(ALGORITHM_TABLE)
+AlgoConfig = Annotated[Union[tuple(section for section, _ in ALGORITHM_TABLE.values())], Field(discriminator="name")]
 
 
 # --------------------------------------------------------------------------------------------
@@ -448,8 +459,7 @@ def read_yaml(path: Path, what: str) -> Any:
 
 
 def _algo_fields(name: str) -> set[str]:
-    cls = {"spo": SPOConfig, "spo++": SPOPlusPlusConfig, "grpo": GRPOConfig, "ppo": PPOConfig, "sapo": SAPOConfig}[name]
-    return set(cls.model_fields)
+    return set(ALGORITHM_TABLE[name][0].model_fields)
 
 
 def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import torch
 
@@ -57,13 +57,19 @@ class MicroBatch:
     post_positions: tuple[torch.Tensor, torch.Tensor]
 
 
+#: ``await play(prompt_ids, request_prefix)``: one episode per prompt id with the current policy
+#: and the training episode settings, outside the rollout stream (the loop provides it)
+Play = Callable[[list[str], str], Awaitable[list[Trajectory]]]
+
+
 class Learner:
     """Subclasses set ``name`` and implement ``prepare``; see ``streamrl.train.algorithms``."""
 
     name = "base"
-    rollout_mode = "stream"
     #: read values at turn boundaries in the training forward (SAPO)
     reads_values = False
+    #: keep the update's first micro-batch and its log-probs before the update (SPO's drift probe)
+    measures_drift = False
 
     def __init__(
         self, config: Config, policy: Any, reference: Any | None = None, reward_range: tuple[float, float] = (0.0, 1.0)
@@ -90,8 +96,20 @@ class Learner:
 
     # -- what algorithms override ---------------------------------------------------------------
 
+    def rollout_mode(self) -> str:
+        """``"stream"`` (one trajectory per dispatch) or ``"group"`` (``group_size`` per prompt)."""
+        return "stream"
+
+    def group_size(self) -> int:
+        return 1
+
     def make_source(self, prompt_ids: list[str]) -> PromptSource:
         return UniformPromptSource(prompt_ids)
+
+    async def warm_start(self, prompt_ids: list[str], play: Play) -> str | None:
+        """Once, before the first step of a fresh run: initialise algorithm state from episodes of
+        the initial policy (SPO's offline prior); returns a line for the log, or None."""
+        return None
 
     def prepare(self, batch: Batch, old: ScoreOutput | None) -> Prepared:
         raise NotImplementedError
@@ -224,7 +242,7 @@ class Learner:
                     logp = out.logprobs
                     mask = _cut(loss_mask, rows, logp).bool()
                     old_logp = logp.detach() if old is None else _cut(old.logprobs, rows, logp)
-                    if probe is None:
+                    if probe is None and self.measures_drift:
                         probe = Probe(micro.tensors, logp.detach())
                     # how far the trainer's policy has moved from the one that generated the tokens
                     # (staleness plus engine/trainer numerics): KL(pi_rollout || pi_old), k3

@@ -63,9 +63,10 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
     torch.set_num_threads(learner_threads)
     engine = HFEngine.from_policy(policy, version=run.version, seed=config.train.seed, threads=engine_threads)
 
-    if state is None and getattr(config.algo, "offline_samples", 0):
-        await offline_prior(config, learner, engine, policy, pool)
-        echo(f"offline prior: {config.algo.offline_samples} rollouts for each of {len(pool)} prompts")
+    if state is None:  # a fresh run: the algorithm may initialise itself from the initial policy
+        note = await learner.warm_start(pool, functools.partial(play_episodes, config, engine, policy))
+        if note:
+            echo(note)
 
     async def evaluate_and_log(tag: str) -> dict[str, Any]:
         result = await evaluate(config, engine, policy, tag=tag)
@@ -86,8 +87,8 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
         codec=policy,
         source=learner.make_source(pool),
         settings=RolloutSettings(
-            mode=learner.rollout_mode, concurrency=config.rollout.concurrency, batch_size=config.train.batch_size,
-            group_size=getattr(config.algo, "group_size", 1), max_staleness=config.rollout.max_staleness,
+            mode=learner.rollout_mode(), concurrency=config.rollout.concurrency, batch_size=config.train.batch_size,
+            group_size=learner.group_size(), max_staleness=config.rollout.max_staleness,
             seed=config.train.seed, env_name=config.env.name, episode=episode_settings(config),
         ),
         event_log=ws.events_path(state),
@@ -128,23 +129,15 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
     return summary
 
 
-async def offline_prior(config: Config, learner: Any, engine: HFEngine, policy: Any, pool: list[str]) -> None:
-    """SPO's offline initialisation: ``n0`` rollouts of the initial policy per prompt set each
-    prompt's prior (successes are outcomes above the middle of the reward range)."""
-    n0 = config.algo.offline_samples
-    trajectories = await run_episodes(
+async def play_episodes(config: Config, engine: HFEngine, policy: Any, prompt_ids: list[str], request_prefix: str) -> list[Any]:
+    """One episode per prompt id with the training episode settings, outside the rollout stream
+    (what an algorithm's ``warm_start`` plays)."""
+    return await run_episodes(
         episode_runner(config, engine, policy, episode_settings(config)),
         lambda: make(config.env.name, **config.env.options),
-        [prompt for prompt in pool for _ in range(n0)],
-        concurrency=config.rollout.concurrency, seed=config.train.seed, request_prefix="offline",
+        prompt_ids,
+        concurrency=config.rollout.concurrency, seed=config.train.seed, request_prefix=request_prefix,
     )
-    middle = sum(learner.reward_range) / 2
-    successes = {prompt: 0 for prompt in pool}
-    for trajectory in trajectories:
-        if trajectory.outcome is not None and learner.outcome(trajectory) > middle:
-            successes[trajectory.prompt_id] += 1
-    for prompt, count in successes.items():
-        learner.tracker.init_offline(prompt, count, n0)
 
 
 def thread_split(config: Config) -> tuple[int, int]:

@@ -9,7 +9,12 @@ from streamrl.train.learner import Learner, Prepared
 
 class GRPOLearner(Learner):
     name = "grpo"
-    rollout_mode = "group"
+
+    def rollout_mode(self) -> str:
+        return "group"
+
+    def group_size(self) -> int:
+        return self.algo.group_size
 
     def prepare(self, batch: Batch, old) -> Prepared:
         rewards = batch.outcomes()

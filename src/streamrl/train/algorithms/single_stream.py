@@ -1,5 +1,6 @@
-"""What SPO and SPO++ share: prompt sources that let a tracker drive dispatch (prioritised
-sampling, SPO++'s frozen reads), and advantages from outcomes minus a per-trajectory baseline."""
+"""What SPO and SPO++ share: a per-prompt tracker that drives dispatch (prioritised sampling,
+SPO++'s frozen reads) and may start from an offline prior, and advantages from outcomes minus a
+per-trajectory baseline."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from streamrl.algos import advantage_stats, spo_advantages, spopp_advantages
-from streamrl.rollout import DispatchMeta, Trajectory
+from streamrl.rollout import DispatchMeta, PromptSource, Trajectory
 from streamrl.train.batch import Batch
-from streamrl.train.learner import Prepared
+from streamrl.train.learner import Learner, Play, Prepared
 
 
 class TrackerSource:
@@ -58,6 +59,34 @@ class TrackerSource:
     def on_publish(self, version: int) -> None:
         if self.freeze:
             self.tracker.publish()
+
+
+class TrackerLearner(Learner):
+    """A learner whose prompt source is its ``tracker`` (set by the subclass)."""
+
+    tracker: Any
+    #: SPO++'s event-time memory: baselines frozen at dispatch
+    freeze = False
+
+    def make_source(self, prompt_ids: list[str]) -> PromptSource:
+        return TrackerSource(prompt_ids, self.tracker, self.outcome, freeze=self.freeze)
+
+    async def warm_start(self, prompt_ids: list[str], play: Play) -> str | None:
+        """SPO's offline initialisation: ``n0 = algo.offline_samples`` rollouts of the initial
+        policy per prompt set each prompt's prior (successes are outcomes above the middle of the
+        reward range)."""
+        n0 = self.algo.offline_samples
+        if not n0:
+            return None
+        trajectories = await play([prompt for prompt in prompt_ids for _ in range(n0)], "offline")
+        middle = sum(self.reward_range) / 2
+        successes = {prompt: 0 for prompt in prompt_ids}
+        for trajectory in trajectories:
+            if trajectory.outcome is not None and self.outcome(trajectory) > middle:
+                successes[trajectory.prompt_id] += 1
+        for prompt, count in successes.items():
+            self.tracker.init_offline(prompt, count, n0)
+        return f"offline prior: {n0} rollouts for each of {len(prompt_ids)} prompts"
 
 
 def clamp_reward(tracker: Any, reward: float) -> float:

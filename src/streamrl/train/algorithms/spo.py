@@ -11,14 +11,15 @@ its previous visit. This needs no per-prompt response storage and one small extr
 from __future__ import annotations
 
 from streamrl.algos import SPOTracker
-from streamrl.rollout import PromptSource, Trajectory
-from streamrl.train.algorithms.single_stream import TrackerSource, baseline_advantages, clamp_reward
+from streamrl.rollout import Trajectory
+from streamrl.train.algorithms.single_stream import TrackerLearner, baseline_advantages, clamp_reward
 from streamrl.train.batch import Batch
-from streamrl.train.learner import Learner, Prepared, Probe
+from streamrl.train.learner import Prepared, Probe
 
 
-class SPOLearner(Learner):
+class SPOLearner(TrackerLearner):
     name = "spo"
+    measures_drift = True
 
     def __init__(self, config, policy, reference=None, reward_range=(0.0, 1.0)):
         super().__init__(config, policy, reference, reward_range)
@@ -33,9 +34,6 @@ class SPOLearner(Learner):
         self.total_drift = 0.0
         self.drift_at_visit: dict[str, float] = {}
         self._baselines: dict[str, float] = {}
-
-    def make_source(self, prompt_ids: list[str]) -> PromptSource:
-        return TrackerSource(prompt_ids, self.tracker, self.outcome, freeze=False)
 
     def observe(self, trajectories: list[Trajectory]) -> dict[str, float]:
         # read before update: duplicates of a prompt in one batch share the pre-step value

@@ -9,13 +9,13 @@ evidence absorbed in receipt order at the learner's current event).
 from __future__ import annotations
 
 from streamrl.algos import EventTimeTracker
-from streamrl.rollout import PromptSource, Trajectory
-from streamrl.train.algorithms.single_stream import TrackerSource, baseline_advantages, clamp_reward
+from streamrl.rollout import Trajectory
+from streamrl.train.algorithms.single_stream import TrackerLearner, baseline_advantages, clamp_reward
 from streamrl.train.batch import Batch
-from streamrl.train.learner import Learner, Prepared
+from streamrl.train.learner import Prepared
 
 
-class SPOPlusPlusLearner(Learner):
+class SPOPlusPlusLearner(TrackerLearner):
     name = "spo++"
 
     def __init__(self, config, policy, reference=None, reward_range=(0.0, 1.0)):
@@ -26,11 +26,8 @@ class SPOPlusPlusLearner(Learner):
             eps_s=self.algo.sampler_eps,
             gamma=self.algo.sampler_gamma,
         )
-        self.event_time = self.algo.memory == "event_time"
+        self.event_time = self.freeze = self.algo.memory == "event_time"
         self._receipt_baselines: dict[str, float] = {}
-
-    def make_source(self, prompt_ids: list[str]) -> PromptSource:
-        return TrackerSource(prompt_ids, self.tracker, self.outcome, freeze=self.event_time)
 
     def observe(self, trajectories: list[Trajectory]) -> dict[str, float]:
         if self.event_time:
