@@ -35,7 +35,7 @@ def _step(config, trajectories):
     # plain SGD: Adam's first step is lr * sign(grad), so float noise in a near-zero gradient
     # would flip a whole step; SGD keeps a recomputation difference as small as it really is
     learner.optimizer = torch.optim.SGD(policy.trainable_parameters(), lr=config.optim.lr)
-    learner.critic_optimizer = torch.optim.SGD(learner.critic.parameters(), lr=config.algo.critic_lr)
+    learner.critic_updater.optimizer = torch.optim.SGD(learner.critic.parameters(), lr=config.algo.critic_lr)
     metrics = learner.step(trajectories)
     return policy, learner, metrics
 

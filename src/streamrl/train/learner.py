@@ -123,8 +123,10 @@ class Learner:
     ) -> tuple[torch.Tensor | None, dict[str, float]]:
         return None, {}
 
-    def finish(self, delivered: list[Trajectory], batch: Batch | None, probe: Probe | None) -> dict[str, float]:
-        """After the update (or its skip): absorb results into trackers, train a critic."""
+    def finish(
+        self, delivered: list[Trajectory], batch: Batch | None, prepared: Prepared | None, probe: Probe | None
+    ) -> dict[str, float]:
+        """After the update (or its skip: ``batch`` None): absorb results into trackers, train a critic."""
         return {}
 
     def observe(self, trajectories: list[Trajectory]) -> dict[str, float]:
@@ -182,7 +184,7 @@ class Learner:
         usable = [t for t in trajectories if t.outcome is not None and t.turns and not t.excluded_from_loss]
         metrics.update(_delivery_metrics(trajectories, usable))
         if not usable:
-            metrics.update(self.finish(trajectories, None, None), skipped=1.0)
+            metrics.update(self.finish(trajectories, None, None, None), skipped=1.0)
             self.steps_done += 1
             return {**metrics, **clock.metrics()}
         batch = collate(
@@ -206,7 +208,7 @@ class Learner:
         update_metrics, probe = self._update(batch, prepared, old, ref)
         metrics.update(update_metrics)
         clock.lap("actor_update")
-        metrics.update(self.finish(trajectories, batch, probe))
+        metrics.update(self.finish(trajectories, batch, prepared, probe))
         clock.lap("finish")
         self.steps_done += 1
         metrics.update(clock.metrics())

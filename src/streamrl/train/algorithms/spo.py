@@ -33,17 +33,16 @@ class SPOLearner(TrackerLearner):
         )
         self.total_drift = 0.0
         self.drift_at_visit: dict[str, float] = {}
-        self._baselines: dict[str, float] = {}
-
-    def observe(self, trajectories: list[Trajectory]) -> dict[str, float]:
-        # read before update: duplicates of a prompt in one batch share the pre-step value
-        self._baselines = {t.request_id: self.tracker.baseline(t.prompt_id) for t in trajectories}
-        return {}
 
     def prepare(self, batch: Batch, old) -> Prepared:
-        return baseline_advantages(batch, [self._baselines[t.request_id] for t in batch.trajectories], self.algo.norm_measure)
+        # read before the update (the tracker absorbs this batch in ``finish``): duplicates of a
+        # prompt in one batch share the pre-step value
+        baselines = [self.tracker.baseline(t.prompt_id) for t in batch.trajectories]
+        return baseline_advantages(batch, baselines, self.algo.norm_measure)
 
-    def finish(self, delivered: list[Trajectory], batch: Batch | None, probe: Probe | None) -> dict[str, float]:
+    def finish(
+        self, delivered: list[Trajectory], batch: Batch | None, prepared: Prepared | None, probe: Probe | None
+    ) -> dict[str, float]:
         drift = self.policy_drift(probe) if probe is not None else 0.0
         self.total_drift += drift
         rhos = []

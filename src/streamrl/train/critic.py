@@ -1,0 +1,107 @@
+"""PPO's critic as its own updater, beside the actor (docs/algorithms.md §3).
+
+The critic is a copy of the policy's decoder (LoRA merged) with a zero-initialised scalar head, so
+V starts at 0; it reads one value per turn at the pre-action boundary. ``CriticUpdater`` owns the
+critic model and its optimiser: ``values`` scores V at flat batch positions (no gradient), and
+``update`` trains the clipped value loss over turns, micro-batched, with the global mean, through
+the same ``clip_and_step`` as the actor.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from streamrl.algos import value_loss
+from streamrl.policy.modeling import decoder_and_head, enable_gradient_checkpointing, position_ids_from_mask
+from streamrl.train.batch import Batch, position_chunks
+from streamrl.train.optim import check_finite_value, clip_and_step
+
+
+class Critic(torch.nn.Module):
+    """``V(context)``: the policy's decoder plus a linear head, read at chosen positions."""
+
+    def __init__(self, policy: Any):
+        super().__init__()
+        plain = policy.inference_model()  # a detached copy, LoRA merged
+        decoder, _ = decoder_and_head(plain)
+        self.decoder = copy.deepcopy(decoder).requires_grad_(True)
+        hidden = plain.config.hidden_size
+        self.head = torch.nn.Linear(hidden, 1, dtype=next(self.decoder.parameters()).dtype)
+        torch.nn.init.zeros_(self.head.weight)
+        torch.nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids, attention_mask, rows, cols) -> torch.Tensor:
+        """``[B, T]`` ids and mask; returns ``[K]`` values at ``(rows[k], cols[k])``."""
+        hidden = self.decoder(
+            input_ids=input_ids, attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask), use_cache=False,
+        ).last_hidden_state
+        return self.head(hidden[rows, cols]).squeeze(-1).float()
+
+
+class CriticUpdater:
+    """The critic model, its optimiser, and its two verbs: ``values`` and ``update``."""
+
+    def __init__(
+        self,
+        policy: Any,
+        *,
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        weight_decay: float = 0.0,
+        grad_clip: float = 1.0,
+        micro_batch_size: int = 8,
+        gradient_checkpointing: bool = False,
+    ):
+        self.model = Critic(policy)
+        if gradient_checkpointing:
+            enable_gradient_checkpointing(self.model.decoder)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=tuple(betas), weight_decay=weight_decay)
+        self.grad_clip = grad_clip
+        self.micro_batch_size = micro_batch_size
+
+    @torch.no_grad()
+    def values(self, batch: Batch, positions: torch.Tensor) -> torch.Tensor:
+        """V at flat ``positions`` ``[K]`` -> ``[K]`` float32."""
+        self.model.eval()
+        values = torch.zeros(positions.numel(), dtype=torch.float32)
+        for tensors, pick, rows, cols in position_chunks(batch, positions, self.micro_batch_size):
+            values[pick] = self.model(tensors["input_ids"], tensors["attention_mask"], rows, cols)
+        return values
+
+    def update(
+        self, batch: Batch, v_old: torch.Tensor, returns: torch.Tensor, *, epochs: int, value_clip: float, step: int
+    ) -> dict[str, float]:
+        """``epochs`` optimiser steps of the clipped value loss toward ``returns`` ``[M]`` at every
+        turn's pre-action boundary (``v_old`` ``[M]``: the values before the update); ``step`` is
+        the learner step, for the non-finite guard."""
+        count = float(batch.turns.size)
+        self.model.train()
+        losses, norms = [], []
+        for _ in range(epochs):
+            total = 0.0
+            for tensors, pick, rows, cols in position_chunks(batch, batch.pre_action, self.micro_batch_size):
+                values = self.model(tensors["input_ids"], tensors["attention_mask"], rows, cols)
+                loss = value_loss(
+                    values, v_old[pick], returns[pick], torch.ones_like(values, dtype=torch.bool),
+                    clip=value_clip, global_count=count,
+                )
+                check_finite_value(step, "critic loss", float(loss.detach()))
+                loss.backward()
+                total += float(loss.detach())
+            norms.append(clip_and_step(
+                self.model.parameters(), self.optimizer, self.grad_clip, step=step, model=self.model, what="critic ",
+            ))
+            losses.append(total)
+        self.model.eval()
+        return {"critic_loss": sum(losses) / len(losses), "critic_grad_norm": sum(norms) / len(norms)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"critic": self.model.state_dict(), "critic_optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["critic"])
+        self.optimizer.load_state_dict(state["critic_optimizer"])
