@@ -1,9 +1,9 @@
 """Advantage estimators of the single-rollout algorithms, built from the primitives.
 
-* SPO: ``A = R - baseline`` (tracker read before the reward is absorbed), then N_traj (§4.1).
-* SPO++: ``A = R - frozen baseline`` (event-time memory read at dispatch), then N_tok (§5.3).
+* SPO: ``A = R - baseline`` (tracker read before the reward is absorbed), then N_traj (docs/algorithms.md §4).
+* SPO++: ``A = R - frozen baseline`` (event-time memory read at dispatch), then N_tok (docs/algorithms.md §5).
 * SAPO: raw turn-GAE advantages, minus the invalid-action penalty, then N_turn (or N_tok over
-  turns weighted by their action-token counts) (§6.2).
+  turns weighted by their action-token counts) (docs/algorithms.md §6.2).
 
 GRPO/Dr.GRPO live in :mod:`streamrl.algos.grpo` and GAE in :mod:`streamrl.algos.gae`.
 """

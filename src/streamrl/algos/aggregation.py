@@ -1,4 +1,4 @@
-"""Loss aggregation over masked tokens (spec §1.4), with global denominators for micro-batching.
+"""Loss aggregation over masked tokens (docs/algorithms.md §1.4), with global denominators for micro-batching.
 
 A mini-batch is often split into micro-batches whose gradients are accumulated. Averaging
 per-micro-batch means is wrong whenever micro-batches hold different numbers of tokens. Instead,

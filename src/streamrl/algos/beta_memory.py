@@ -1,4 +1,4 @@
-"""Pieces shared by the per-prompt success trackers of SPO and SPO++ (spec §4, §5).
+"""Pieces shared by the per-prompt success trackers of SPO and SPO++ (docs/algorithms.md §4, §5).
 
 Both keep a Beta(alpha, beta) pseudo-count per prompt over rewards mapped into [0, 1]; the
 baseline is ``v = alpha / (alpha + beta)`` and ``N_eff = alpha + beta``. They differ in how old
@@ -26,14 +26,15 @@ def check_id(kind: str, value: Hashable) -> None:
 
 
 def forgetting_factor(drift: float, d_half: float = 0.06, rho_min: float = 0.875, rho_max: float = 0.96) -> float:
-    """``rho = clamp(2 ** (-drift / d_half), rho_min, rho_max)`` (§4.1.6): evidence half-life in drift units."""
+    """``rho = clamp(2 ** (-drift / d_half), rho_min, rho_max)`` (docs/algorithms.md §4): evidence
+    half-life in drift units."""
     if not (math.isfinite(drift) and drift >= 0):
         raise ValueError(f"drift must be a finite non-negative number, got {drift!r}")
     return min(max(2.0 ** (-drift / d_half), rho_min), rho_max)
 
 
 def policy_drift(logp_now: torch.Tensor | Sequence[float], logp_last: torch.Tensor | Sequence[float]) -> float:
-    """SPO's drift ``D = mean_j |logp_now_j - logp_last_j|`` over a prompt's previous response (§4.1.5).
+    """SPO's drift ``D = mean_j |logp_now_j - logp_last_j|`` over a prompt's previous response (docs/algorithms.md §4).
 
     Both arguments hold the log-probs of the same action tokens (current policy, and the policy
     right after the last visit). An empty response gives 0 (a first visit has no drift).
@@ -58,7 +59,7 @@ def prior_strength(rho: float) -> float:
 
 
 def offline_prior(successes: float, n0: int, n_prior: float, smoothed: bool = True) -> tuple[float, float]:
-    """Offline initialisation (§4.1.8): ``n0`` rollouts of ``pi_0`` with ``successes`` wins give
+    """Offline initialisation (docs/algorithms.md §4): ``n0`` rollouts of ``pi_0`` with ``successes`` wins give
     ``(alpha0, beta0) = N0 * (v0, 1 - v0)`` with ``N0 = n_prior`` (see :func:`prior_strength`).
 
     ``v0 = (s + 1/2) / (n0 + 1)`` when ``smoothed`` (never exactly 0 or 1), else ``s / n0``.
@@ -70,7 +71,7 @@ def offline_prior(successes: float, n0: int, n_prior: float, smoothed: bool = Tr
 
 
 def sampling_weight(v_hat: float, n_eff: float, eps_s: float = 0.05, gamma: float = 0.0) -> float:
-    """Prioritised-sampling weight ``sqrt(v (1 - v)) / N_eff ** gamma + eps_s`` (§4.1.9)."""
+    """Prioritised-sampling weight ``sqrt(v (1 - v)) / N_eff ** gamma + eps_s`` (docs/algorithms.md §4)."""
     return math.sqrt(max(v_hat * (1.0 - v_hat), 0.0)) / n_eff**gamma + eps_s
 
 

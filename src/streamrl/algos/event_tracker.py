@@ -1,4 +1,4 @@
-"""SPO++'s event-time prompt memory (spec §5.1, §5.2).
+"""SPO++'s event-time prompt memory (docs/algorithms.md §5).
 
 Time is counted in policy events, not wall clock or arrival order. Publishing a snapshot advances
 the coordinate ``z`` by ``-ln(retention)`` (or, optionally, by ``-ln rho(drift)``). A result is
@@ -144,9 +144,9 @@ class EventTimeTracker(BetaPromptMemory):
         """Store one result at the coordinate ``z`` of the snapshot that served its request.
 
         A repeated ``request_id`` is ignored (returns False). A prompt never registered gets the
-        unseen prior anchored at its first registration (§5.5), which for a prompt met only through
+        unseen prior anchored at its first registration (docs/algorithms.md §5), which for a prompt met only through
         its results is the earliest event among them: the anchor follows the oldest ``z`` recorded
-        so far, so the memory does not depend on the order the results arrive in (§5.7.4). Its
+        so far, so the memory does not depend on the order the results arrive in (docs/algorithms.md §5). Its
         first dispatch fixes the anchor. Returns True when the evidence was stored.
         """
         check_id("prompt", prompt_id)

@@ -1,4 +1,4 @@
-"""Generalised advantage estimation over masked positions (spec §3.1, §3.2, §6.2).
+"""Generalised advantage estimation over masked positions (docs/algorithms.md §3, §6.2).
 
 One recursion serves both levels. Positions are turns (turn-level GAE: one value per turn read at
 the pre-action boundary) or tokens (token-level GAE). Masked positions (observation, prompt,
@@ -80,7 +80,7 @@ def turn_gae_batched(
     lam: float,
     last_values: torch.Tensor | float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Turn-level GAE on padded turns (§3.2, SAPO §6.2).
+    """Turn-level GAE on padded turns (docs/algorithms.md §3, §6.2).
 
     Args:
         rewards, values, dones, mask: ``[B, T]`` per turn (``values`` = V at each pre-action boundary).

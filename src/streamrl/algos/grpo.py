@@ -1,4 +1,4 @@
-"""GRPO and Dr.GRPO group-relative advantages (spec §2)."""
+"""GRPO and Dr.GRPO group-relative advantages (docs/algorithms.md §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Policy, value and KL loss terms (spec §1.1-§1.5, §3.3).
+"""Policy, value and KL loss terms (docs/algorithms.md §1.1-1.3, §1.5, §3).
 
 All per-token tensors are ``[B, T]`` with a 0/1 action-token ``mask``; reductions go through
 :func:`streamrl.algos.aggregation.aggregate`.
@@ -24,7 +24,8 @@ def _masked_mean(values: torch.Tensor, keep: torch.Tensor) -> float:
 
 
 def tis_weights(old_logp: torch.Tensor, rollout_logp: torch.Tensor, cap: float = 2.0) -> torch.Tensor:
-    """Truncated importance weights ``min(exp(old - rollout), cap)`` (§1.3), detached, shape of inputs."""
+    """Truncated importance weights ``min(exp(old - rollout), cap)`` (docs/algorithms.md §1.1-1.3),
+    detached, shape of inputs."""
     _checks.same_shape("old_logp", old_logp, rollout_logp=rollout_logp)
     _checks.positive("cap", cap)
     log_w = (old_logp.detach() - rollout_logp.detach()).clamp(max=_MAX_LOG_RATIO)
@@ -32,7 +33,7 @@ def tis_weights(old_logp: torch.Tensor, rollout_logp: torch.Tensor, cap: float =
 
 
 def check_dual_clip(dual_clip: float | None) -> None:
-    """Dual-clip needs ``c > 1`` (§1.2); call at configuration time to fail early."""
+    """Dual-clip needs ``c > 1`` (docs/algorithms.md §1.1-1.3); call at configuration time to fail early."""
     if dual_clip is not None and not (isinstance(dual_clip, (int, float)) and dual_clip > 1.0):
         raise ValueError(f"dual_clip must be > 1 (or None to disable), got {dual_clip!r}")
 
@@ -44,7 +45,7 @@ def clipped_surrogate(
     clip_high: float = 0.28,
     dual_clip: float | None = None,
 ) -> torch.Tensor:
-    """Per-token PPO loss (§1.1, §1.2), any shape.
+    """Per-token PPO loss (docs/algorithms.md §1.1-1.3), any shape.
 
     ``l = max(-A * ratio, -A * clip(ratio, 1 - clip_low, 1 + clip_high))``; with dual-clip ``c``,
     ``l = min(l, -c * A)`` where ``A < 0`` (equivalently: tokens with ``A < 0`` and ``ratio > c``
@@ -152,7 +153,7 @@ _K3_MAX = 10.0
 
 
 def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: KLKind = "k3") -> torch.Tensor:
-    """Per-token KL(pi || pi_ref) estimate on sampled tokens (§1.5), ``delta = ref_logp - logp``.
+    """Per-token KL(pi || pi_ref) estimate on sampled tokens (docs/algorithms.md §1.5), ``delta = ref_logp - logp``.
 
     * ``k1 = -delta``: unbiased, can be negative.
     * ``k2 = delta^2 / 2``: non-negative; its gradient is the on-policy reverse-KL gradient.

@@ -1,4 +1,4 @@
-"""Learning-efficiency metrics of reward curves and paired comparisons across seeds (spec §1.7).
+"""Learning-efficiency metrics of reward curves and paired comparisons across seeds (docs/algorithms.md §1.7).
 
 Curves are ``(x, y)``: ``x`` training progress (for cross-method comparisons, online trajectories
 consumed), ``y`` mean training reward. Rewards are mapped to ``[0, 1]`` by the task's reward range;

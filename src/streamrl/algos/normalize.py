@@ -1,4 +1,4 @@
-"""Advantage standardisation under three measures (spec §1.6).
+"""Advantage standardisation under three measures (docs/algorithms.md §1.6).
 
 * N_traj (:func:`whiten`): every trajectory (or masked item) weighs 1. SPO's global normalisation.
 * N_tok (:func:`token_measure_whiten`): trajectory ``i`` weighs its action-token count ``L_i``, so

@@ -1,4 +1,4 @@
-"""SPO's KL-adaptive Beta tracker (spec §4).
+"""SPO's KL-adaptive Beta tracker (docs/algorithms.md §4).
 
 Per prompt, ``(alpha, beta)`` absorb each result after the baseline for it has been read:
 ``alpha <- rho * alpha + R``, ``beta <- rho * beta + (1 - R)`` with ``rho`` from the policy's drift
@@ -25,7 +25,7 @@ from streamrl.algos.beta_memory import (
 class SPOTracker(BetaPromptMemory):
     """Per-prompt success tracker with drift-adaptive forgetting.
 
-    Step order (§4.1): read :meth:`baseline` for every trajectory of the batch, compute advantages,
+    Step order (docs/algorithms.md §4): read :meth:`baseline` for every trajectory of the batch, compute advantages,
     update the actor, then :meth:`update` each prompt in batch order with the drift under the
     post-update policy. Duplicates within a batch all read the same pre-step value.
     """

@@ -1,4 +1,4 @@
-"""SAPO's in-stream values and their targets (spec §6.1-§6.3).
+"""SAPO's in-stream values and their targets (docs/algorithms.md §6.1-6.3).
 
 One model serves as policy and critic: the value of a context is read from the LM-head logits of
 two reserved tokens at a causal boundary, ``V = r_max * squash((z[w+] - z[w-]) / tau)``. State
@@ -110,7 +110,7 @@ def sapo_targets(
     lam: float = 0.95,
     last_values: torch.Tensor | float | None = None,
 ) -> SapoTargets:
-    """Turn-level GAE advantages, lambda-return V targets and SARSA Q targets (§6.2).
+    """Turn-level GAE advantages, lambda-return V targets and SARSA Q targets (docs/algorithms.md §6.2).
 
     ``last_values`` implements ``truncation="bootstrap"`` for rows whose last turn is not done: the
     same ``V_old(c_{T+1})`` bootstraps both targets. Leave it None for ``truncation="terminal"``
@@ -138,7 +138,7 @@ def sapo_value_loss(
     clip: float = 0.5,
     global_count: float | torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """SAPO's V or Q loss in normalised units (§6.3), averaged over turns (not tokens).
+    """SAPO's V or Q loss in normalised units (docs/algorithms.md §6.3), averaged over turns (not tokens).
 
     ``value_loss(V / r_max, V_old / r_max, clip(y / r_max, -1, 1), mask, clip)``.
 

@@ -1,4 +1,4 @@
-"""Log-probabilities and entropy over the *action* vocabulary (spec §6.1).
+"""Log-probabilities and entropy over the *action* vocabulary (docs/algorithms.md §6.1).
 
 SAPO reserves two token ids (``w+``, ``w-``) for its value readout. The policy must never sample
 them, so every policy distribution is normalised over the vocabulary without them:

@@ -249,7 +249,7 @@ def _markdown(spec: CompareConfig, arms: dict[str, dict], pairs: list[dict]) -> 
         f"# Comparison: {spec.name}",
         "",
         f"Seeds {spec.seeds}; learning curve = training `{spec.metric}` against `{spec.x_axis}`; AUC is the "
-        "normalised-progress trapezoid (algorithms.md s1.7), in points (x100); final = mean of the last 5 points.",
+        "normalised-progress trapezoid (docs/algorithms.md §1.7), in points (x100); final = mean of the last 5 points.",
         "",
         "| arm | AUC (mean ± sd) | final | held-out success before → after | PPO-KL | clip frac | behaviour KL | grad norm "
         "| invalid format | token-weighted Â |",

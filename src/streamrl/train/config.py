@@ -92,7 +92,7 @@ class PolicyLossConfig(Section):
 
 
 class SPOConfig(PolicyLossConfig):
-    """SPO: KL-adaptive Beta tracker, trajectory whitening, dual-clip c=10 (algorithms.md s4)."""
+    """SPO: KL-adaptive Beta tracker, trajectory whitening, dual-clip c=10 (docs/algorithms.md §4)."""
 
     name: Literal["spo"] = "spo"
     dual_clip: Float | None = 10.0

@@ -1,4 +1,4 @@
-"""GRPO and Dr.GRPO (algorithms.md s2): synchronous groups, group-relative advantages."""
+"""GRPO and Dr.GRPO (docs/algorithms.md §2): synchronous groups, group-relative advantages."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SAPO (algorithms.md s6): one model is the policy, the state value V and the action value Q.
+"""SAPO (docs/algorithms.md §6): one model is the policy, the state value V and the action value Q.
 
 V is read at each turn's pre-action boundary and Q at its post-action boundary, from the logits of
 the two reserved value tokens (``Policy.value_token_ids``), which are never sampled and are

@@ -1,4 +1,4 @@
-"""SPO (algorithms.md s4): a KL-adaptive Beta tracker per prompt, read when the learner receives a
+"""SPO (docs/algorithms.md §4): a KL-adaptive Beta tracker per prompt, read when the learner receives a
 result, trajectory whitening (``norm_measure: token`` is the ablation "SPO + token measure"),
 dual-clip c=10.
 

@@ -1,4 +1,4 @@
-"""SPO++ (algorithms.md s5): event-time prompt memory with baselines frozen at dispatch,
+"""SPO++ (docs/algorithms.md §5): event-time prompt memory with baselines frozen at dispatch,
 action-token-measure normalisation, dual-clip c=2, truncated importance weights.
 
 Ablations are configuration: ``norm_measure: traj`` (minus token-measure normalisation) and
