@@ -48,6 +48,17 @@ class Probe:
 
 
 @dataclass
+class Counts:
+    """Global denominators of one mini-batch (every micro-batch's loss is a share of its mean)."""
+
+    tokens: float  # action tokens in the policy loss
+    rows: float
+    turns: float
+    #: ``[M]`` bool: the turns whose rows are in the mini-batch
+    turn_mask: torch.Tensor
+
+
+@dataclass
 class MicroBatch:
     rows: list[int]
     tensors: dict[str, torch.Tensor]
@@ -119,7 +130,7 @@ class Learner:
         return self.algo.epochs > 1 or self.algo.mini_batches > 1 or self.reads_values
 
     def extra_loss(
-        self, batch: Batch, prepared: Prepared, micro: MicroBatch, out: ScoreOutput, counts: dict[str, Any]
+        self, batch: Batch, prepared: Prepared, micro: MicroBatch, out: ScoreOutput, counts: Counts
     ) -> tuple[torch.Tensor | None, dict[str, float]]:
         return None, {}
 
@@ -258,7 +269,7 @@ class Learner:
                         logp, old_logp, _cut(token_adv, rows, logp), mask,
                         clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
                         agg=algo.agg, tis_weights=tis, norm_length=norm_length,
-                        global_tokens=counts["tokens"], global_seqs=counts["rows"],
+                        global_tokens=counts.tokens, global_seqs=counts.rows,
                     )
                     ratio_max = max(ratio_max, stats.pop("ratio_max"))
                     tokens = stats.pop("tokens")
@@ -266,11 +277,11 @@ class Learner:
                         weighted[key] = weighted.get(key, 0.0) + value * tokens
                     share = {"policy_loss": float(loss.detach())}
                     if ref is not None:
-                        kl = aggregate(kl_estimate(logp, _cut(ref, rows, logp), algo.kl_estimator), mask, global_tokens=counts["tokens"])
+                        kl = aggregate(kl_estimate(logp, _cut(ref, rows, logp), algo.kl_estimator), mask, global_tokens=counts.tokens)
                         loss = loss + algo.kl_coef * kl
                         share["kl_ref"] = float(kl.detach())
                     if out.entropy is not None:
-                        ent = aggregate(out.entropy, mask, global_tokens=counts["tokens"])
+                        ent = aggregate(out.entropy, mask, global_tokens=counts.tokens)
                         share["entropy"] = float(ent.detach())
                         if algo.entropy_coef:
                             loss = loss - algo.entropy_coef * ent
@@ -309,17 +320,12 @@ class Learner:
         mask = probe.tensors["action_mask"]
         return policy_drift(now[mask], probe.logprobs[mask])
 
-    def _counts(self, batch: Batch, rows: list[int], loss_mask: torch.Tensor) -> dict[str, Any]:
+    def _counts(self, batch: Batch, rows: list[int], loss_mask: torch.Tensor) -> Counts:
         row_index = torch.tensor(rows, dtype=torch.long)
         in_rows = torch.zeros(batch.num_rows, dtype=torch.bool)
         in_rows[row_index] = True
         turn_mask = in_rows[batch.row_of(batch.pre_action)]
-        return {
-            "tokens": float(loss_mask[row_index].sum()),
-            "rows": float(len(rows)),
-            "turns": float(turn_mask.sum()),
-            "turn_mask": turn_mask,
-        }
+        return Counts(float(loss_mask[row_index].sum()), float(len(rows)), float(turn_mask.sum()), turn_mask)
 
     def _micro(self, batch: Batch, rows: list[int]) -> MicroBatch:
         turn_ids, turn_rows, pre_cols = batch.locate(rows, batch.pre_action)

@@ -14,7 +14,7 @@ import torch
 from streamrl.algos import advantage_stats, sapo_advantages, sapo_targets, sapo_value_loss, value_readout, value_saturation_frac
 from streamrl.policy.scoring import ScoreOutput
 from streamrl.train.batch import Batch, bootstrap_values
-from streamrl.train.learner import Learner, MicroBatch, Prepared
+from streamrl.train.learner import Counts, Learner, MicroBatch, Prepared
 
 
 class SAPOLearner(Learner):
@@ -70,7 +70,7 @@ class SAPOLearner(Learner):
         }
         return Prepared(turn_advantages=adv, policy_turns=acting, extra=extra, metrics=metrics)
 
-    def extra_loss(self, batch: Batch, prepared: Prepared, micro: MicroBatch, out: ScoreOutput, counts: dict):
+    def extra_loss(self, batch: Batch, prepared: Prepared, micro: MicroBatch, out: ScoreOutput, counts: Counts):
         ids = micro.turn_ids
         extra = prepared.extra
         values = self.readout(out.value_logits[micro.pre_positions])
@@ -78,9 +78,9 @@ class SAPOLearner(Learner):
         all_turns = torch.ones_like(ids, dtype=torch.bool)
         value_loss = sapo_value_loss(
             values, extra["v_old"][ids].to(values.dtype), extra["v_target"][ids].to(values.dtype), all_turns,
-            r_max=self.r_max, clip=self.algo.value_clip, global_count=counts["turns"],
+            r_max=self.r_max, clip=self.algo.value_clip, global_count=counts.turns,
         )
-        q_count = float((extra["q_valid"] & counts["turn_mask"]).sum())
+        q_count = float((extra["q_valid"] & counts.turn_mask).sum())
         q_loss = sapo_value_loss(
             q_values, extra["q_old"][ids].to(q_values.dtype), extra["q_target"][ids].to(q_values.dtype), extra["q_valid"][ids],
             r_max=self.r_max, clip=self.algo.value_clip, global_count=q_count,
