@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/streamrl train --config configs/default.yaml --out runs/default
+	$(VENV)/bin/streamrl train --config configs/default.yaml --out runs/default --overwrite
 
 test: $(STAMP)
 	$(PY) -m pytest -q

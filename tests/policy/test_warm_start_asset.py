@@ -1,0 +1,75 @@
+"""The shipped warm start is what its build script declares: same files, same config, same room.
+
+``scripts/build_warm_start.py`` writes ``warm_start.json`` next to the policy; these tests re-hash
+the shipped files against it, check the record was built from the committed config file, and
+that the default run trains in exactly the environment the warm start was cloned in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from streamrl.policy.errors import PolicyLoadError
+from streamrl.policy.loading import WARM_START_MANIFEST, load_policy, shipped_warm_starts
+from streamrl.train.config import load_config
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT = "alfworld_lite-tiny"
+
+
+def _record(name: str) -> dict:
+    return json.loads((shipped_warm_starts()[name] / WARM_START_MANIFEST).read_text())
+
+
+def test_the_default_warm_start_is_shipped_with_its_record():
+    assert DEFAULT in shipped_warm_starts()
+    record = _record(DEFAULT)
+    assert record["command"].startswith("python scripts/build_warm_start.py")
+    assert 0.0 <= record["held_out"]["greedy_success"] <= 1.0
+
+
+@pytest.mark.parametrize("name", sorted(shipped_warm_starts()))
+def test_shipped_files_match_the_recorded_hashes(name):
+    folder = shipped_warm_starts()[name]
+    record = _record(name)
+    shipped = {p.name for p in folder.iterdir() if p.is_file() and p.name != WARM_START_MANIFEST}
+    assert shipped == set(record["files"]), "files added or missing since the build"
+    for file, digest in record["files"].items():
+        assert hashlib.sha256((folder / file).read_bytes()).hexdigest() == digest, f"{file} changed since the build"
+
+
+@pytest.mark.parametrize("name", sorted(shipped_warm_starts()))
+def test_built_from_the_committed_config(name):
+    record = _record(name)
+    config_file = REPO / record["config_file"]
+    assert hashlib.sha256(config_file.read_bytes()).hexdigest() == record["config_sha256"], (
+        f"{record['config_file']} changed after the warm start was built: rebuild it ({record['command']})"
+    )
+    config = load_config(str(config_file), [])
+    for section, dumped in record["config"].items():
+        assert getattr(config, section).model_dump(mode="json") == dumped, f"{section} differs from the record"
+
+
+def test_the_default_run_trains_where_the_warm_start_was_cloned():
+    default = load_config(str(REPO / "configs" / "default.yaml"), [])
+    assert default.model.init_from == f"warm-start:{DEFAULT}"
+    built = load_config(str(REPO / _record(DEFAULT)["config_file"]), [])
+    assert default.model.overrides == built.model.overrides
+    assert default.env.model_dump() == built.env.model_dump()
+    assert default.rollout.model_dump() == built.rollout.model_dump()
+
+
+def test_warm_start_spec_loads_the_shipped_policy():
+    policy = load_policy(f"warm-start:{DEFAULT}")
+    record = _record(DEFAULT)
+    assert policy.model.config.hidden_size == record["config"]["model"]["overrides"]["hidden_size"]
+    assert policy.value_token_ids is not None
+
+
+def test_unknown_warm_start_is_a_one_line_error_naming_the_shipped_ones():
+    with pytest.raises(PolicyLoadError, match=f"no shipped warm start 'nope'; shipped: .*{DEFAULT}"):
+        load_policy("warm-start:nope")
