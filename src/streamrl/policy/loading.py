@@ -15,11 +15,13 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import sys
 from pathlib import Path
 from importlib import resources
 from typing import Any
 
 from streamrl.policy import smollm2, tiny
+from streamrl.policy.dtype_choice import choose_dtype
 from streamrl.policy.errors import PolicyLoadError
 from streamrl.policy.lora import apply_lora, quiet_peft
 from streamrl.policy.policy import POLICY_FILE, Policy
@@ -39,6 +41,7 @@ KNOWN_SPECS = {
 WARM_START_PREFIX = "warm-start:"
 WARM_START_MANIFEST = "warm_start.json"
 DTYPE_NAMES = {
+    "auto": "auto",  # bfloat16 where the hardware runs it natively, else float32 (dtype_choice.py)
     "float32": "float32",
     "fp32": "float32",
     "bfloat16": "bfloat16",
@@ -70,7 +73,7 @@ def load_policy(
     """
     import torch
 
-    torch_dtype = resolve_dtype(dtype)
+    torch_dtype = resolve_dtype(dtype, device)
     _check_device(device)
     if threads is not None:
         if threads < 1:
@@ -121,14 +124,24 @@ def warm_start_folder(spec: str) -> Path:
     return shipped[name]
 
 
-def resolve_dtype(dtype: Any) -> Any:
+_ANNOUNCED: set[tuple[str, str]] = set()
+
+
+def resolve_dtype(dtype: Any, device: str = "cpu") -> Any:
+    """A torch dtype from a name; ``"auto"`` chooses by ``device`` and says once what and why."""
     import torch
 
     if isinstance(dtype, torch.dtype):
         return dtype
     if str(dtype) not in DTYPE_NAMES:
         raise PolicyLoadError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPE_NAMES)}")
-    return getattr(torch, DTYPE_NAMES[str(dtype)])
+    name = DTYPE_NAMES[str(dtype)]
+    if name == "auto":
+        name, reason = choose_dtype(device)
+        if (str(device), name) not in _ANNOUNCED:
+            _ANNOUNCED.add((str(device), name))
+            print(f"streamrl: dtype auto -> {name} on {device} ({reason})", file=sys.stderr, flush=True)
+    return getattr(torch, name)
 
 
 def _check_device(device: str) -> None:

@@ -206,7 +206,8 @@ class ModelConfig(Section):
     #: "tiny", "smollm2-135m", or a local Hugging Face model folder
     spec: str = "tiny"
     #: every name the loader accepts (policy.loading.DTYPE_NAMES)
-    dtype: Literal["float32", "fp32", "bfloat16", "bf16", "float16", "fp16"] = "float32"
+    #: ("auto": bfloat16 only where the hardware executes it natively, float32 otherwise)
+    dtype: Literal["auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"] = "float32"
     device: str = "cpu"
     #: torch threads of the learner (null: half the cores; SFT alone uses all of them)
     threads: StrictInt | None = Field(None, ge=1)
