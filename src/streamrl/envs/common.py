@@ -70,6 +70,26 @@ class ThinkActionParser(ActionParser):
         return project_think_action(text, require_think=self.require_think, fallback_chars=self.fallback_chars)
 
 
+PROMPT_STYLES = ("verl", "compact")
+COMPACT_THINK_INSTRUCTION = "Think inside <think></think>, then reply <action>one action</action>."
+COMPACT_ACTION_INSTRUCTION = "Reply <action>one action</action>."
+
+
+def prompt_instruction(
+    env: str, style: str, history_length: int, require_think: bool, instruction: str | None, verl: tuple[str, str]
+) -> str:
+    """Check the prompt options every verl-style/compact builder shares and return its instruction:
+    ``instruction`` when given, else ``verl`` (think, action-only) or the compact texts."""
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"{env} prompt builder: style must be one of {PROMPT_STYLES}, got {style!r}")
+    if history_length < 0:
+        raise ValueError(f"{env} prompt builder: history_length must be >= 0, got {history_length}")
+    if instruction is not None:
+        return instruction
+    think, action = verl if style == "verl" else (COMPACT_THINK_INSTRUCTION, COMPACT_ACTION_INSTRUCTION)
+    return think if require_think else action
+
+
 class EnvPool:
     """``n`` environments stepped concurrently through ``AsyncEnv``.
 

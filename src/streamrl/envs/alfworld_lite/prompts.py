@@ -27,9 +27,8 @@ from typing import Any
 
 from streamrl.envs.alfworld_lite.text import TASK_PREFIX, WELCOME
 from streamrl.envs.base import PromptBuilder
-from streamrl.envs.common import ThinkActionParser
+from streamrl.envs.common import ThinkActionParser, prompt_instruction
 
-STYLES = ("verl", "compact")
 EXPERT_SENTENCE = "You are an expert agent operating in the ALFRED Embodied Environment."
 THINK_INSTRUCTION = (
     "You should first reason step by step about the current situation. This reasoning MUST be "
@@ -37,8 +36,6 @@ THINK_INSTRUCTION = (
     "and present it within <action> </action> tags."
 )
 ACTION_INSTRUCTION = "Choose one admissible action for the current step and present it within <action> </action> tags."
-COMPACT_THINK_INSTRUCTION = "Think inside <think></think>, then reply <action>one action</action>."
-COMPACT_ACTION_INSTRUCTION = "Reply <action>one action</action>."
 
 
 def alfworld_action_parser(require_think: bool = True, fallback_chars: int = 30) -> ThinkActionParser:
@@ -84,20 +81,13 @@ class AlfworldPromptBuilder(PromptBuilder):
     ):
         if admissible not in ("every", "first"):
             raise ValueError(f"alfworld prompt builder: admissible must be 'every' or 'first', got {admissible!r}")
-        if style not in STYLES:
-            raise ValueError(f"alfworld prompt builder: style must be one of {STYLES}, got {style!r}")
-        if history_length < 0:
-            raise ValueError(f"alfworld prompt builder: history_length must be >= 0, got {history_length}")
+        self.instruction = prompt_instruction(
+            "alfworld", style, history_length, require_think, instruction, (THINK_INSTRUCTION, ACTION_INSTRUCTION)
+        )
         self.style = style
         self.admissible = admissible
         self.visited = visited
         self.history_length = history_length
-        if instruction is None:
-            if style == "verl":
-                instruction = THINK_INSTRUCTION if require_think else ACTION_INSTRUCTION
-            else:
-                instruction = COMPACT_THINK_INSTRUCTION if require_think else COMPACT_ACTION_INSTRUCTION
-        self.instruction = instruction
 
     # -- full-history transcripts ----------------------------------------------------------------
 

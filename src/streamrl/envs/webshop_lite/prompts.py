@@ -16,9 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from streamrl.envs.base import PromptBuilder
-from streamrl.envs.common import ThinkActionParser
+from streamrl.envs.common import ThinkActionParser, prompt_instruction
 
-STYLES = ("verl", "compact")
 SEP = " [SEP] "
 EXPERT_SENTENCE = "You are an expert autonomous agent operating in the WebShop e-commerce environment."
 THINK_INSTRUCTION = (
@@ -28,8 +27,6 @@ THINK_INSTRUCTION = (
     "present it within <action> </action> tags."
 )
 ACTION_INSTRUCTION = "Choose an admissible action for the current step and present it within <action> </action> tags."
-COMPACT_THINK_INSTRUCTION = "Think inside <think></think>, then reply <action>one action</action>."
-COMPACT_ACTION_INSTRUCTION = "Reply <action>one action</action>."
 MAX_PROMPT_CHARS = 13000
 
 
@@ -69,18 +66,11 @@ class WebshopPromptBuilder(PromptBuilder):
         require_think: bool = True,
         instruction: str | None = None,
     ):
-        if style not in STYLES:
-            raise ValueError(f"webshop prompt builder: style must be one of {STYLES}, got {style!r}")
-        if history_length < 0:
-            raise ValueError(f"webshop prompt builder: history_length must be >= 0, got {history_length}")
+        self.instruction = prompt_instruction(
+            "webshop", style, history_length, require_think, instruction, (THINK_INSTRUCTION, ACTION_INSTRUCTION)
+        )
         self.style = style
         self.history_length = history_length
-        if instruction is None:
-            if style == "verl":
-                instruction = THINK_INSTRUCTION if require_think else ACTION_INSTRUCTION
-            else:
-                instruction = COMPACT_THINK_INSTRUCTION if require_think else COMPACT_ACTION_INSTRUCTION
-        self.instruction = instruction
 
     # -- full-history transcripts ----------------------------------------------------------------
 
