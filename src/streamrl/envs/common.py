@@ -10,6 +10,7 @@ Admissibility is never checked here: the environment answers inadmissible comman
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -88,6 +89,24 @@ def prompt_instruction(
         return instruction
     think, action = verl if style == "verl" else (COMPACT_THINK_INSTRUCTION, COMPACT_ACTION_INSTRUCTION)
     return think if require_think else action
+
+
+def seeded_task_id(env: str, splits: dict[str, int | None], seed: int | None, options: dict[str, Any], rng: random.Random) -> str:
+    """The task a ``reset(seed=..., options={"split": ...})`` without a task id plays: task
+    ``seed mod size`` of the split (default train; unbounded splits take ``seed`` itself), a draw
+    from ``rng`` when ``seed`` is None."""
+    unknown = set(options) - {"split"}
+    if unknown:
+        raise ValueError(f"{env}.reset: unknown options {sorted(unknown)} (supported: 'split')")
+    split = options.get("split", "train")
+    if split not in splits:
+        raise ValueError(f"{env}.reset: unknown split {split!r} (known: {', '.join(splits)})")
+    if seed is None:
+        seed = rng.randrange(2**31)
+    elif seed < 0:
+        raise ValueError(f"{env}.reset: seed must be >= 0, got {seed}")
+    size = splits[split]
+    return f"{split}/{seed if size is None else seed % size}"
 
 
 class EnvPool:

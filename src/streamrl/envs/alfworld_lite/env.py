@@ -21,6 +21,7 @@ from streamrl.envs.alfworld_lite.rules import (
 from streamrl.envs.alfworld_lite.task import Task
 from streamrl.envs.alfworld_lite.world import World
 from streamrl.envs.base import Env, EnvSpec, StepResult
+from streamrl.envs.common import seeded_task_id
 
 
 class AlfworldLiteEnv(Env):
@@ -86,7 +87,7 @@ class AlfworldLiteEnv(Env):
     ) -> tuple[str, dict[str, Any]]:
         """Start ``task_id``; else ``seed`` picks a task of ``options["split"]`` (default train)."""
         if task_id is None:
-            task_id = self._pick_task_id(seed, options or {})
+            task_id = seeded_task_id("alfworld_lite", SPLITS, seed, options or {}, self._rng)
         elif options:
             raise ValueError(f"alfworld_lite.reset: options {sorted(options)} are not used with a task_id")
         self._episode = generate(task_id, self.config, eval_config=self.eval_difficulty == "options")
@@ -150,20 +151,6 @@ class AlfworldLiteEnv(Env):
         return self.world.digest()
 
     # -- internals -------------------------------------------------------------------------------
-
-    def _pick_task_id(self, seed: int | None, options: dict[str, Any]) -> str:
-        unknown = set(options) - {"split"}
-        if unknown:
-            raise ValueError(f"alfworld_lite.reset: unknown options {sorted(unknown)} (supported: 'split')")
-        split = options.get("split", "train")
-        if split not in SPLITS:
-            raise ValueError(f"alfworld_lite.reset: unknown split {split!r} (known: {', '.join(SPLITS)})")
-        if seed is None:
-            seed = self._rng.randrange(2**31)
-        elif seed < 0:
-            raise ValueError(f"alfworld_lite.reset: seed must be >= 0, got {seed}")
-        size = SPLITS[split]
-        return f"{split}/{seed if size is None else seed % size}"
 
     def _refresh_admissible(self) -> None:
         commands = admissible_commands(self._world, self.grammar)

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from streamrl.envs.base import Env, EnvSpec, StepResult
+from streamrl.envs.common import seeded_task_id
 from streamrl.envs.webshop_lite import text
 from streamrl.envs.webshop_lite.catalog import DEFAULT_SEED, Catalog, build_catalog
 from streamrl.envs.webshop_lite.goals import build_goals
@@ -63,7 +64,7 @@ class WebshopLiteEnv(Env):
         options: dict[str, Any] | None = None,
     ) -> tuple[str, dict[str, Any]]:
         if task_id is None:
-            task_id = self._pick_task_id(seed, options or {})
+            task_id = seeded_task_id("webshop_lite", self.spec.splits, seed, options or {}, self._rng)
         elif options:
             raise ValueError(f"webshop_lite.reset: options {sorted(options)} are not used with a task_id")
         self._goal = self.goal_of(task_id)
@@ -170,19 +171,6 @@ class WebshopLiteEnv(Env):
         return "click[buy now]"
 
     # -- internals -------------------------------------------------------------------------------
-
-    def _pick_task_id(self, seed: int | None, options: dict[str, Any]) -> str:
-        unknown = set(options) - {"split"}
-        if unknown:
-            raise ValueError(f"webshop_lite.reset: unknown options {sorted(unknown)} (supported: 'split')")
-        split = options.get("split", "train")
-        if split not in self.spec.splits:
-            raise ValueError(f"webshop_lite.reset: unknown split {split!r} (known: {', '.join(self.spec.splits)})")
-        if seed is None:
-            seed = self._rng.randrange(2**31)
-        elif seed < 0:
-            raise ValueError(f"webshop_lite.reset: seed must be >= 0, got {seed}")
-        return f"{split}/{seed % self.spec.splits[split]}"
 
     def _search(self, keywords: str) -> None:
         self._keywords = keywords
