@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import platform
 import tempfile
 import time
 from pathlib import Path
 
-from streamrl.policy.loading import load_policy
+from streamrl.policy.dtype_choice import processor_name
 from streamrl.train.config import Config, load_config
 from streamrl.train.loop import train
+from streamrl.train.run import load_run_policy
 from streamrl.train.sft import behaviour_cloning, collect_demonstrations
 
 ALGORITHMS = ("spo", "spo++", "grpo", "ppo", "sapo")
@@ -60,9 +60,7 @@ def warm_start(config: Config, folder: Path) -> str:
     """The shared warm start: the config's own ``model.init_from``, or SFT once, saved to ``folder``."""
     if config.model.init_from:
         return config.model.init_from
-    model = config.model
-    policy = load_policy(model.spec, dtype=model.dtype, device=model.device, threads=model.threads,
-                         seed=config.train.seed, model_overrides=model.overrides or None)
+    policy = load_run_policy(config, None)
     demos = asyncio.run(collect_demonstrations(config, policy))
     behaviour_cloning(config, policy, demos)
     policy.save(folder)
@@ -85,7 +83,7 @@ def main() -> int:
     started = time.perf_counter()
     init = warm_start(load_config(base, overrides), root / "warm_start")
     print(f"benchmark: {'quick (pick_object, sampled eval)' if args.quick else 'default (alfworld_lite, greedy eval)'}; "
-          f"seed {args.seed}; processor {platform.processor() or platform.machine()}; warm start {init}", flush=True)
+          f"seed {args.seed}; processor {processor_name()}; warm start {init}", flush=True)
     gains: dict[str, float] = {}
     befores: list[float] = []
     for algo in ALGORITHMS:

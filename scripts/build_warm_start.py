@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import hashlib
 import json
-import platform
 import shutil
 import sys
 import tempfile
@@ -29,9 +28,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from streamrl.policy.loading import WARM_START_MANIFEST, load_policy  # noqa: E402
+from streamrl.policy.dtype_choice import processor_name  # noqa: E402
+from streamrl.policy.loading import WARM_START_MANIFEST  # noqa: E402
 from streamrl.train.config import Config, load_config  # noqa: E402
 from streamrl.train.evaluate import evaluate  # noqa: E402
+from streamrl.train.run import load_run_policy  # noqa: E402
 from streamrl.train.sft import behaviour_cloning, collect_demonstrations  # noqa: E402
 
 ROOT = REPO / "src" / "streamrl" / "policy" / "assets" / "warm_starts"
@@ -40,16 +41,6 @@ SECTIONS = ("model", "env", "sft", "rollout", "eval")
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def processor() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 async def held_out(config: Config, policy, greedy: bool) -> float:
@@ -67,10 +58,8 @@ async def held_out(config: Config, policy, greedy: bool) -> float:
 
 def build(config_path: Path, name: str) -> dict:
     config = load_config(str(config_path), [])
-    model = config.model
     started = time.perf_counter()
-    policy = load_policy(model.spec, dtype=model.dtype, device=model.device, threads=model.threads,
-                         seed=config.train.seed, model_overrides=model.overrides or None)
+    policy = load_run_policy(config, None)
     demos = asyncio.run(collect_demonstrations(config, policy))
     sft = behaviour_cloning(config, policy, demos, log=lambda step, m: print(f"sft step {step}: {m}", flush=True))
     sft_seconds = time.perf_counter() - started
@@ -96,7 +85,7 @@ def build(config_path: Path, name: str) -> dict:
                 "sampled_success": round(sampled, 4),
                 "sampled_temperature": config.eval.temperature,
             },
-            "processor": processor(),
+            "processor": processor_name(),
             "torch": __import__("torch").__version__,
             "build_seconds": round(time.perf_counter() - started, 1),
             "sft_seconds": round(sft_seconds, 1),

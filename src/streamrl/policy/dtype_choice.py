@@ -7,20 +7,31 @@ there. CUDA devices that support bfloat16 get it; MPS and other CPUs get float32
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
 NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
-    """The feature flags of the first processor in ``/proc/cpuinfo`` (empty where unreadable)."""
+def _cpuinfo(keys: tuple[str, ...], cpuinfo: Path) -> str | None:
+    """The value of the first ``/proc/cpuinfo`` line starting with one of ``keys``."""
     try:
         for line in cpuinfo.read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return set(line.split(":", 1)[1].split())
+            if line.startswith(keys):
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return set()
+    return None
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The feature flags of the first processor in ``/proc/cpuinfo`` (empty where unreadable)."""
+    return set((_cpuinfo(("flags", "Features"), cpuinfo) or "").split())
+
+
+def processor_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The processor's model name, for the records of measurements."""
+    return _cpuinfo(("model name",), cpuinfo) or platform.processor() or platform.machine()
 
 
 def choose_dtype(device: str = "cpu", *, flags: set[str] | None = None, cuda_bf16: bool | None = None) -> tuple[str, str]:
