@@ -20,6 +20,7 @@ from pydantic import (
     StrictBool,
     StrictInt,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -219,6 +220,16 @@ class ModelConfig(Section):
     #: recompute activations in the backward pass (policy and PPO's critic): far less training
     #: memory for about one more forward pass of learner time
     gradient_checkpointing: StrictBool = False
+    #: the generation engine: "hf" (transformers, CPU or GPU) or "vllm" (GPU; the ``vllm`` extra)
+    engine: Literal["hf", "vllm"] = "hf"
+
+    @field_validator("engine")
+    @classmethod
+    def _vllm_needs_cuda(cls, value: str, info: ValidationInfo) -> str:
+        device = info.data.get("device", "cpu")
+        if value == "vllm" and not device.startswith("cuda"):
+            raise ValueError(f"'vllm' runs on a GPU: set model.device=cuda (model.device is {device!r})")
+        return value
 
 
 class EnvConfig(Section):
@@ -247,6 +258,18 @@ class RolloutConfig(Section):
     step_timeout_s: Float = Field(60.0, gt=0.0)
     #: torch threads of the generation engine (null: the cores the learner leaves)
     engine_threads: StrictInt | None = Field(None, ge=1)
+    #: where episodes are played: "local" (this process) or "ray" (``workers`` Ray actors, each with
+    #: its own engine and environments; connects to RAY_ADDRESS when set). See docs/scale_out.md
+    backend: Literal["local", "ray"] = "local"
+    #: Ray rollout workers (backend: ray only)
+    workers: StrictInt = Field(1, ge=1)
+
+    @field_validator("workers")
+    @classmethod
+    def _workers_need_ray(cls, value: int, info: ValidationInfo) -> int:
+        if info.data.get("backend") == "local" and value != 1:
+            raise ValueError("applies to rollout.backend=ray only")
+        return value
 
 
 class RewardConfig(Section):
