@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from streamrl.train.algo_config import GRPOConfig, SAPOConfig, SPOConfig, SPOPlusPlusConfig
 from streamrl.train.config import (
     ALGORITHMS,
     ConfigError,
-    GRPOConfig,
-    SAPOConfig,
-    SPOConfig,
-    SPOPlusPlusConfig,
     config_to_yaml,
     load_config,
 )

@@ -1,46 +1,23 @@
 """The one configuration system: typed, validated pydantic models, loaded from YAML plus dotted
 command-line overrides (``train.steps=20 algo.dual_clip=3``).
 
-Every algorithm has its own section class with the defaults of ``docs/algorithms.md``; the
-``algo.name`` field selects it. Unknown fields are errors, and every error names its field and,
+Every algorithm has its own section class (``train/algo_config.py``, with the algorithm table);
+the ``algo.name`` field selects it. Unknown fields are errors, and every error names its field and,
 for a choice, the allowed values, before any work starts.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictInt,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, SerializeAsAny, StrictBool, StrictInt, ValidationError, field_validator, model_validator
 
-AggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
-KLKind = Literal["k1", "k2", "k3"]
+from streamrl.train.algo_config import ALGORITHM_TABLE, GroupConfig, PolicyLossConfig, algo_fields, algo_section
+from streamrl.train.algo_config import ALGORITHMS as ALGORITHMS  # re-exported: the CLI's choices
+from streamrl.train.sections import MAX_LR, Float, Section
 
-
-def _not_bool(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise ValueError("must be a number, not a boolean")
-    return value
-
-
-#: a float that a boolean never coerces into (``true`` would otherwise read as 1.0); counts are
-#: ``StrictInt`` for the same reason (``train.steps=true`` is an error, not 1 step)
-Float = Annotated[float, BeforeValidator(_not_bool)]
-#: the largest learning rate accepted anywhere: far above any useful one, low enough that a typo
-#: (``1e30``, ``.inf``) is refused before training instead of turning every weight into NaN
-MAX_LR = 1.0
 MAX_TASKS = 1_000_000
 #: the configurations shipped as package data (``configs/`` in the repository links here)
 SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -48,152 +25,6 @@ SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 class ConfigError(ValueError):
     """A configuration problem, reported as one line per bad field."""
-
-
-class Section(BaseModel):
-    #: no NaN or infinity anywhere (a null disables what can be disabled)
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
-
-
-# --------------------------------------------------------------------------------------------
-# Algorithms. Shared policy-loss switches first, then one class per algorithm.
-# --------------------------------------------------------------------------------------------
-
-
-class PolicyLossConfig(Section):
-    clip_low: Float = Field(0.2, ge=0.0, lt=1.0)
-    clip_high: Float = Field(0.28, ge=0.0)
-    #: dual-clip constant c (> 1) for negative advantages; null disables it
-    dual_clip: Float | None = None
-    #: truncated importance-sampling cap against the rollout log-probs; null disables TIS
-    tis_cap: Float | None = None
-    agg: AggMode = "token-mean"
-    #: Dr.GRPO's constant length for ``seq-mean-token-sum-norm`` (null: the longest response)
-    norm_length: StrictInt | None = None
-    kl_coef: Float = Field(0.0, ge=0.0)
-    kl_estimator: KLKind = "k3"
-    entropy_coef: Float = Field(0.0, ge=0.0)
-    #: PPO epochs over each learner batch, and mini-batches (optimiser steps) per epoch
-    epochs: StrictInt = Field(1, ge=1)
-    mini_batches: StrictInt = Field(1, ge=1)
-
-    @field_validator("dual_clip")
-    @classmethod
-    def _dual_clip_above_one(cls, value: float | None) -> float | None:
-        if value is not None and value <= 1.0:
-            raise ValueError("must be > 1; use null to disable dual-clip")
-        return value
-
-    @field_validator("tis_cap")
-    @classmethod
-    def _tis_cap_positive(cls, value: float | None) -> float | None:
-        if value is not None and value <= 0.0:
-            raise ValueError("must be > 0; use null to disable TIS")
-        return value
-
-
-class SPOConfig(PolicyLossConfig):
-    """SPO: KL-adaptive Beta tracker, trajectory whitening, dual-clip c=10 (docs/algorithms.md §4)."""
-
-    name: Literal["spo"] = "spo"
-    dual_clip: Float | None = 10.0
-    norm_measure: Literal["traj", "token"] = "traj"
-    rho_min: Float = Field(0.875, gt=0.0, lt=1.0)
-    rho_max: Float = Field(0.96, gt=0.0, lt=1.0)
-    d_half: Float = Field(0.06, gt=0.0)
-    #: offline initialisation: rollouts per prompt under the initial policy (0 = unseen prior)
-    offline_samples: StrictInt = Field(0, ge=0)
-    sampler_eps: Float = Field(0.05, ge=0.0)
-    sampler_gamma: Float = Field(0.0, ge=0.0)
-
-    @model_validator(mode="after")
-    def _rho_order(self) -> SPOConfig:
-        if self.rho_min > self.rho_max:
-            raise ValueError(f"rho_min ({self.rho_min}) must be <= rho_max ({self.rho_max})")
-        return self
-
-
-class SPOPlusPlusConfig(PolicyLossConfig):
-    """SPO++: event-time memory, token-measure normalisation, dual-clip c=2, TIS<=2 (s5)."""
-
-    name: Literal["spo++"] = "spo++"
-    dual_clip: Float | None = 2.0
-    tis_cap: Float | None = 2.0
-    norm_measure: Literal["token", "traj"] = "token"
-    #: "event_time" freezes baselines at dispatch (SPO++); "receipt" reads them when the learner
-    #: receives the result and absorbs evidence in receipt order (the ablation "minus event-time memory")
-    memory: Literal["event_time", "receipt"] = "event_time"
-    retention: Float = Field(0.875, gt=0.0, lt=1.0)
-    offline_samples: StrictInt = Field(0, ge=0)
-    sampler_eps: Float = Field(0.05, ge=0.0)
-    sampler_gamma: Float = Field(0.0, ge=0.0)
-
-
-class GRPOConfig(PolicyLossConfig):
-    """GRPO / Dr.GRPO: synchronous groups, group-relative advantages (s2)."""
-
-    name: Literal["grpo"] = "grpo"
-    clip_high: Float = Field(0.2, ge=0.0)
-    group_size: StrictInt = Field(8, ge=2)
-    #: false = Dr.GRPO (no std division; pair it with agg: seq-mean-token-sum-norm)
-    scale_by_std: StrictBool = True
-
-
-class ValueConfig(PolicyLossConfig):
-    """Turn-level GAE settings shared by PPO (separate critic) and SAPO (value tokens)."""
-
-    clip_high: Float = Field(0.2, ge=0.0)
-    gamma: Float = Field(0.99, ge=0.0, le=1.0)
-    lam: Float = Field(0.95, ge=0.0, le=1.0)
-    value_clip: Float = Field(0.5, gt=0.0)
-    truncation: Literal["terminal", "bootstrap"] = "terminal"
-
-
-class PPOConfig(ValueConfig):
-    """PPO with a separate critic model and turn-level GAE (s3)."""
-
-    name: Literal["ppo"] = "ppo"
-    critic_lr: Float = Field(1e-5, gt=0.0, le=MAX_LR)
-    critic_warmup: StrictInt = Field(0, ge=0)
-    norm_measure: Literal["turn", "token", "none"] = "turn"
-
-
-class SAPOConfig(ValueConfig):
-    """SAPO: one model is policy, V and Q via two reserved value tokens (s6)."""
-
-    name: Literal["sapo"] = "sapo"
-    kl_coef: Float = Field(0.01, ge=0.0)
-    value_coef: Float = Field(0.5, ge=0.0)
-    q_coef: Float = Field(0.5, ge=0.0)
-    entropy_coef: Float = Field(0.001, ge=0.0)
-    value_tau: Float = Field(1.0, gt=0.0)
-    value_squash: Literal["clip", "tanh"] = "clip"
-    #: subtracted from a turn's advantage when its action format was invalid (units of r_max)
-    invalid_penalty: Float = Field(0.1, ge=0.0)
-    norm_measure: Literal["turn", "token"] = "turn"
-
-
-#: The algorithm table, the one place an algorithm is named: ``algo.name`` -> (its config section,
-#: its learner as ``"module:Class"``, imported by ``streamrl.train.algorithms.make_learner``). The
-#: ``algo`` union, ``ALGORITHMS`` and the per-algorithm field sets derive from it. Adding an
-#: algorithm: its config class above, its module in ``streamrl/train/algorithms/``, one row here.
-ALGORITHM_TABLE: dict[str, tuple[type[PolicyLossConfig], str]] = {
-    "spo": (SPOConfig, "streamrl.train.algorithms.spo:SPOLearner"),
-    "spo++": (SPOPlusPlusConfig, "streamrl.train.algorithms.spo_pp:SPOPlusPlusLearner"),
-    "grpo": (GRPOConfig, "streamrl.train.algorithms.grpo:GRPOLearner"),
-    "ppo": (PPOConfig, "streamrl.train.algorithms.ppo:PPOLearner"),
-    "sapo": (SAPOConfig, "streamrl.train.algorithms.sapo:SAPOLearner"),
-}
-for _name, (_section, _) in ALGORITHM_TABLE.items():
-    if _section.model_fields["name"].default != _name:
-        raise AssertionError(f"ALGORITHM_TABLE row {_name!r}: {_section.__name__}.name must default to {_name!r}")
-ALGORITHMS = tuple(ALGORITHM_TABLE)
-AlgoConfig = Annotated[Union[tuple(section for section, _ in ALGORITHM_TABLE.values())], Field(discriminator="name")]
-
-
-# --------------------------------------------------------------------------------------------
-# Everything else.
-# --------------------------------------------------------------------------------------------
 
 
 class LoraConfig(Section):
@@ -351,7 +182,8 @@ class Config(Section):
     model: ModelConfig = ModelConfig()
     env: EnvConfig = EnvConfig()
     rollout: RolloutConfig = RolloutConfig()
-    algo: AlgoConfig = SPOPlusPlusConfig()
+    #: the section of the algorithm ``algo.name`` picks in ``ALGORITHM_TABLE``
+    algo: SerializeAsAny[PolicyLossConfig] = ALGORITHM_TABLE["spo++"][0]()
     reward: RewardConfig = RewardConfig()
     optim: OptimConfig = OptimConfig()
     train: TrainConfig = TrainConfig()
@@ -360,9 +192,14 @@ class Config(Section):
     logging: LoggingConfig = LoggingConfig()
     sandbox: SandboxConfig = SandboxConfig()
 
+    @field_validator("algo", mode="before")
+    @classmethod
+    def _algo_by_name(cls, value: Any) -> Any:
+        return algo_section(value)
+
     @model_validator(mode="after")
     def _group_fits_batch(self) -> Config:
-        if isinstance(self.algo, GRPOConfig) and self.train.batch_size % self.algo.group_size:
+        if isinstance(self.algo, GroupConfig) and self.train.batch_size % self.algo.group_size:
             raise ValueError(
                 f"train.batch_size ({self.train.batch_size}) must be a multiple of "
                 f"algo.group_size ({self.algo.group_size})"
@@ -404,8 +241,7 @@ def format_validation_error(exc: ValidationError) -> str:
     """One line per problem: ``algo.dual_clip: must be > 1 (got 0.5)``."""
     lines = []
     for err in exc.errors():
-        # drop the union tag pydantic inserts for the discriminated algo section
-        loc = [str(part) for part in err["loc"] if str(part) not in ALGORITHMS]
+        loc = [str(part) for part in err["loc"]]
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             message = "unknown field"
@@ -434,14 +270,14 @@ def load_config(
         path_parts, value = parse_override(text)
         _set_path(tree, path_parts, value)
     if algo is not None:
-        if algo not in ALGORITHMS:
-            raise ConfigError(f"--algo: unknown algorithm {algo!r} (allowed: {', '.join(ALGORITHMS)})")
+        if algo not in ALGORITHM_TABLE:
+            raise ConfigError(f"--algo: unknown algorithm {algo!r} (allowed: {', '.join(ALGORITHM_TABLE)})")
         section = tree.setdefault("algo", {})
         if not isinstance(section, dict):
             raise ConfigError("algo must be a section")
         if section.get("name") not in (None, algo):
             # switching algorithm: keep only the fields the new algorithm also has
-            allowed = _algo_fields(algo)
+            allowed = algo_fields(algo)
             tree["algo"] = {k: v for k, v in section.items() if k in allowed}
         tree["algo"]["name"] = algo
     if isinstance(tree.get("algo"), dict):
@@ -480,10 +316,6 @@ def read_yaml(path: Path, what: str) -> Any:
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         problem = getattr(exc, "problem", None) or exc
         raise ConfigError(f"{where}: not valid YAML: {' '.join(str(problem).split())}") from None
-
-
-def _algo_fields(name: str) -> set[str]:
-    return set(ALGORITHM_TABLE[name][0].model_fields)
 
 
 def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> None:

@@ -72,7 +72,7 @@ def model_training_bytes(config: Config, params: int) -> int:
     copies = 2 if config.model.lora else 5  # weights (+ gradients, two AdamW moments) + the engine's copy
     if config.train.reference_model or config.algo.kl_coef > 0:
         copies += 1
-    if config.algo.name == "ppo":
+    if config.algo.trains_critic:
         copies += 4  # the critic: weights, gradients, moments
     return params * width * copies
 
