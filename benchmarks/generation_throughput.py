@@ -1,19 +1,22 @@
-"""Generation throughput of ``HFEngine`` against plain batch-1 ``model.generate``, in one run.
+"""Generation throughput of ``HFEngine`` against plain transformers ``generate``, in one run.
 
-For each model, the baseline is transformers' ``generate`` on one chat prompt at batch size 1
-(sampling, forced to the full length). The engine then serves N concurrent requests (each its own
-coroutine, like rollout episodes) with distinct prompts of about the same length; throughput is
-generated tokens per second of wall time, prefill included. Ratios are engine / baseline measured
-in the same process; each point is the best of ``--repeats`` runs, which filters out most of the
-noise other processes cause on a shared machine (rerun when the numbers matter). ``--threads``
-applies to both sides; each side runs in its own thread (see ``in_thread``).
+For each model there are two baselines, both transformers' ``generate`` (sampling, forced to the
+full length): one chat prompt at batch size 1, and all N prompts of the highest concurrency as one
+static left-padded batch (the simplest batched alternative to the engine). The engine then serves N
+concurrent requests (each its own coroutine, like rollout episodes) with distinct prompts of about
+the same length; throughput is generated tokens per second of wall time, prefill included. Ratios
+are engine / baseline measured in the same process; each point is the best of ``--repeats`` runs,
+which filters out most of the noise other processes cause on a shared machine (rerun when the
+numbers matter). ``--threads`` applies to every side; each side runs in its own thread (see
+``in_thread``). ``--dtype auto`` (the default) picks by the processor and prints what and why.
 
 Usage:
     python benchmarks/generation_throughput.py [--quick] [--model tiny|smollm2-135m|all]
-        [--dtype bfloat16|float32] [--threads N] [--tokens N] [--concurrency 1,4,16,64]
+        [--dtype auto|bfloat16|float32] [--threads N] [--tokens N] [--concurrency 1,4,16,64]
 
-The last line is ``RESULT speedup=<smollm2 at the highest concurrency> tiny_speedup=... ...``
-(``speedup`` falls back to the tiny figure when SmolLM2 is not run).
+The last line is ``RESULT speedup=<smollm2 engine / batch-1 generate at the highest concurrency>
+hf_batched_speedup=<smollm2 engine / static batched generate> tiny_speedup=... ...`` (the
+headline falls back to the tiny figures when SmolLM2 is not run).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import torch  # noqa: E402
 
 from streamrl.policy import GenerationRequest, HFEngine, SamplingParams, load_policy  # noqa: E402
+from streamrl.policy.dtype_choice import choose_dtype, processor_name  # noqa: E402
 from streamrl.policy.errors import MissingDependencyError  # noqa: E402
 
 PROMPT = "You are in kitchen {i}. Your task is to put a clean apple in the fridge. What do you do first?"
@@ -55,24 +59,24 @@ def in_thread(threads: int, work, *args):
     return box["result"]
 
 
-def baseline_tokens_per_s(policy, prompt_ids: list[int], tokens: int, repeats: int) -> float:
-    """Plain ``generate`` at batch size 1, sampling, forced to ``tokens`` new tokens (best run)."""
+def generate_tokens_per_s(policy, prompts: list[list[int]], tokens: int, repeats: int) -> float:
+    """Plain ``generate`` over ``prompts`` as one static left-padded batch (batch size 1 for one
+    prompt), sampling, forced to ``tokens`` new tokens; generated tokens per second (best run)."""
     model = policy.model.eval()
-    ids = torch.tensor([prompt_ids])
-    kwargs = dict(
-        do_sample=True,
-        top_k=0,
-        top_p=1.0,
-        pad_token_id=policy.tokenizer.pad_token_id,
-        attention_mask=torch.ones_like(ids),
-    )
+    width = max(map(len, prompts))
+    ids = torch.full((len(prompts), width), policy.tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, prompt in enumerate(prompts):
+        ids[i, width - len(prompt) :] = torch.tensor(prompt)
+        mask[i, width - len(prompt) :] = 1
+    kwargs = dict(do_sample=True, top_k=0, top_p=1.0, pad_token_id=policy.tokenizer.pad_token_id, attention_mask=mask)
     best = 0.0
     with torch.no_grad():
-        model.generate(ids, max_new_tokens=2, **kwargs)  # warm-up
+        model.generate(ids[:1], max_new_tokens=2, **{**kwargs, "attention_mask": mask[:1]})  # warm-up
         for _ in range(repeats):
             start = time.perf_counter()
             out = model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, **kwargs)
-            best = max(best, (out.shape[1] - ids.shape[1]) / (time.perf_counter() - start))
+            best = max(best, (out.shape[1] - width) * len(prompts) / (time.perf_counter() - start))
     return best
 
 
@@ -90,30 +94,32 @@ async def engine_tokens_per_s(engine: HFEngine, prompts: list[list[int]], tokens
 
 def bench_model(
     spec: str, dtype: str, tokens: int, concurrency: list[int], repeats: int, threads: int
-) -> dict[int, float]:
-    """Ratios engine/baseline per concurrency for one model; prints a table."""
+) -> dict[str, float]:
+    """Engine / baseline ratios at the highest concurrency for one model; prints a table."""
     start = time.perf_counter()
     policy = load_policy(spec, dtype=dtype)
+    top = max(concurrency)
     # distinct prompts (the engine prefills identical ones once, which would flatter it)
-    prompts = [policy.encode_chat([{"role": "user", "content": PROMPT.format(i=i)}]) for i in range(max(concurrency))]
-    prompt_ids = prompts[0]
+    prompts = [policy.encode_chat([{"role": "user", "content": PROMPT.format(i=i)}]) for i in range(top)]
     print(
-        f"\n== {spec} ({dtype}, {threads} threads, prompt {len(prompt_ids)} tokens, "
+        f"\n== {spec} ({dtype}, {threads} threads, prompt {len(prompts[0])} tokens, "
         f"{tokens} new tokens; loaded in {time.perf_counter() - start:.1f} s)"
     )
-    base = in_thread(threads, baseline_tokens_per_s, policy, prompt_ids, tokens, repeats)
-    print(f"{'baseline generate bs1':>24}: {base:8.1f} tok/s")
-    engine = HFEngine.from_policy(policy, max_batch_size=max(concurrency), threads=threads)
+    single = in_thread(threads, generate_tokens_per_s, policy, prompts[:1], tokens, repeats)
+    print(f"{'generate bs1':>24}: {single:8.1f} tok/s")
+    batched = in_thread(threads, generate_tokens_per_s, policy, prompts, tokens, repeats)
+    print(f"{f'generate static bs{top}':>24}: {batched:8.1f} tok/s")
+    engine = HFEngine.from_policy(policy, max_batch_size=top, threads=threads)
 
-    async def run() -> dict[int, float]:
+    async def run() -> dict[str, float]:
         await engine_tokens_per_s(engine, prompts, 4, 2)  # warm-up
-        ratios = {}
+        rate = 0.0
         for n in concurrency:
             rate = max([await engine_tokens_per_s(engine, prompts, tokens, n) for _ in range(repeats)])
-            ratios[n] = rate / base
-            print(f"{'engine, ' + str(n) + ' concurrent':>24}: {rate:8.1f} tok/s  = {ratios[n]:5.2f}x baseline")
+            print(f"{'engine, ' + str(n) + ' concurrent':>24}: {rate:8.1f} tok/s  = {rate / single:5.2f}x bs1")
         await engine.close()
-        return ratios
+        print(f"{'':>24}  engine / static batched generate at {top}: {rate / batched:5.2f}x")
+        return {"speedup": rate / single, "hf_batched_speedup": rate / batched}
 
     return asyncio.run(run())
 
@@ -122,7 +128,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer points and tokens (under a minute)")
     parser.add_argument("--model", default="all", choices=["tiny", "smollm2-135m", "all"])
-    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"])
     parser.add_argument(
         "--threads",
         type=int,
@@ -143,18 +149,21 @@ def main() -> None:
     specs = ["tiny", "smollm2-135m"] if args.model == "all" else [args.model]
     repeats = args.repeats or 2
 
-    top = max(concurrency)
-    results: dict[str, float] = {}
+    dtype, reason = choose_dtype() if args.dtype == "auto" else (args.dtype, "asked for")
+    print(f"processor: {processor_name()}; torch CPU capability {torch.backends.cpu.get_cpu_capability()}")
+    print(f"dtype: {dtype} ({reason})")
+    started = time.perf_counter()
+    results: dict[str, dict[str, float]] = {}
     for spec in specs:
         try:
-            ratios = bench_model(spec, args.dtype, tokens, concurrency, repeats, threads)
+            results[spec] = bench_model(spec, dtype, tokens, concurrency, repeats, threads)
         except MissingDependencyError as exc:
             print(f"\n== {spec}: skipped ({exc})")
-            continue
-        results[spec] = ratios[top]
-    headline = results.get("smollm2-135m", results.get("tiny", float("nan")))
-    fields = [f"speedup={headline:.2f}", f"concurrency={top}", f"tokens={tokens}", f"dtype={args.dtype}"]
-    fields += [f"{spec.split('-')[0]}_speedup={ratio:.2f}" for spec, ratio in results.items()]
+    headline = results.get("smollm2-135m", results.get("tiny", {}))
+    fields = [f"{key}={headline.get(key, float('nan')):.2f}" for key in ("speedup", "hf_batched_speedup")]
+    fields += [f"concurrency={max(concurrency)}", f"tokens={tokens}", f"dtype={dtype}"]
+    fields += [f"{spec.split('-')[0]}_{key}={value:.2f}" for spec, ratios in results.items() for key, value in ratios.items()]
+    fields.append(f"wall_s={time.perf_counter() - started:.0f}")
     print("RESULT " + " ".join(fields))
 
 

@@ -57,7 +57,7 @@ def generate(model: str, args: argparse.Namespace, path: Path) -> float:
     from streamrl.train.evaluate import episode_runner, episode_settings
 
     config = _config(model, "sapo", args)
-    policy = load_policy(model, seed=0)
+    policy = load_policy(model, seed=0, dtype=config.model.dtype)  # auto: says what it chose and why
 
     async def run():
         engine = HFEngine.from_policy(policy, seed=0)
@@ -86,7 +86,7 @@ def child(model: str, algo: str, batch_path: Path, args: argparse.Namespace) -> 
 
     torch.manual_seed(0)
     config = _config(model, algo, args)
-    policy = load_policy(model, seed=0)
+    policy = load_policy(model, seed=0, dtype=config.model.dtype)  # auto: says what it chose and why
     trajectories = [Trajectory.from_dict(t) for t in json.loads(batch_path.read_text())]
     for index, t in enumerate(trajectories):
         # half the episodes "succeed": a random policy never does, and with all rewards equal PPO's

@@ -73,6 +73,9 @@ def load_policy(
     """
     import torch
 
+    name, _, inline = str(spec).partition(":")
+    # a missing folder fails before dtype auto announces its choice: a bad input is one line
+    folder = None if name == "tiny" or str(spec) == "smollm2-135m" else _as_folder(spec)
     torch_dtype = resolve_dtype(dtype, device)
     _check_device(device)
     if threads is not None:
@@ -80,7 +83,6 @@ def load_policy(
             raise PolicyLoadError(f"threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
 
-    name, _, inline = str(spec).partition(":")
     overrides = {**(tiny.parse_overrides(inline) if name == "tiny" else {}), **(model_overrides or {})}
     recipe = {"spec": str(spec), "model_overrides": model_overrides, "seed": seed, "value_tokens": value_tokens}
     saved_record: dict[str, Any] = {}
@@ -91,7 +93,6 @@ def load_policy(
     elif str(spec) == "smollm2-135m":
         model, tokenizer = _from_folder(smollm2.converted_folder(cache_dir), torch_dtype, overrides)
     else:
-        folder = _as_folder(spec)
         saved_record = _read_record(folder)
         if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
             return _load_adapter_folder(folder, saved_record, dtype=dtype, device=device, cache_dir=cache_dir)

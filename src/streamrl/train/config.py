@@ -39,7 +39,7 @@ class ModelConfig(Section):
     spec: str = "tiny"
     #: every name the loader accepts (policy.loading.DTYPE_NAMES)
     #: ("auto": bfloat16 only where the hardware executes it natively, float32 otherwise)
-    dtype: Literal["auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"] = "float32"
+    dtype: Literal["auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"] = "auto"
     device: str = "cpu"
     #: torch threads of the learner (null: half the cores; SFT alone uses all of them)
     threads: StrictInt | None = Field(None, ge=1)
