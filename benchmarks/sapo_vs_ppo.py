@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 SCORING = ("time_score_old_s", "time_score_ref_s", "time_prepare_s")
-UPDATES = ("time_actor_update_s", "time_finish_s")
+UPDATES = ("time_actor_update_s", "time_critic_update_s", "time_after_update_s")
 
 
 def _config(model: str, algo: str, args: argparse.Namespace):
@@ -82,7 +82,7 @@ def child(model: str, algo: str, batch_path: Path, args: argparse.Namespace) -> 
 
     from streamrl.policy.loading import load_policy
     from streamrl.rollout import Trajectory
-    from streamrl.train.algorithms import make_learner
+    from streamrl.train.assemble import make_learner
 
     torch.manual_seed(0)
     config = _config(model, algo, args)

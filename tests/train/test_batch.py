@@ -11,9 +11,13 @@ from streamrl.train.batch import (
     bootstrap_values,
     broadcast_to_tokens,
     collate,
+    micro_batch,
     micro_batches,
+    mini_batch_counts,
     position_chunks,
+    split_rows,
 )
+from streamrl.train.critic import ValueTargets
 from streamrl.train.errors import NonFiniteError
 from streamrl.train.optim import clip_and_step
 
@@ -90,6 +94,35 @@ def test_micro_batches_partition_rows_by_length(size):
         assert tensors["input_ids"].shape == (len(part), max(int(batch.attention_mask[r].sum()) for r in part))
 
 
+def test_micro_batch_locates_each_turn_of_its_rows():
+    batch, _ = _batch()
+    for rows in ([0], [2, 1], [3, 0, 2]):
+        micro = micro_batch(batch, rows)
+        owned = [turn for turn in range(batch.turns.size) if int(batch.row_of(batch.pre_action[turn])) in rows]
+        assert sorted(micro.turn_ids.tolist()) == owned
+        for positions, flat in ((micro.pre_positions, batch.pre_action), (micro.post_positions, batch.post_action)):
+            local_rows, cols = positions
+            expected = batch.input_ids.view(-1)[flat[micro.turn_ids]]
+            assert torch.equal(micro.tensors["input_ids"][local_rows, cols], expected)
+
+
+def test_mini_batch_counts_are_the_global_denominators():
+    batch, _ = _batch()
+    loss_mask = batch.action_mask.clone()
+    loss_mask[0] = False  # a row whose tokens are out of the loss still counts as a row
+    counts = mini_batch_counts(batch, [0, 2], loss_mask)
+    assert counts.tokens == float(loss_mask[2].sum()) and counts.rows == 2.0
+    in_rows = [int(batch.row_of(batch.pre_action[turn])) in (0, 2) for turn in range(batch.turns.size)]
+    assert counts.turn_mask.tolist() == in_rows and counts.turns == float(sum(in_rows))
+
+
+@pytest.mark.parametrize(("rows", "parts", "sizes"), [(7, 1, [7]), (7, 2, [4, 3]), (7, 3, [3, 3, 1]), (2, 5, [1, 1])])
+def test_split_rows_keeps_the_order_in_nearly_equal_mini_batches(rows, parts, sizes):
+    order = list(range(rows))[::-1]
+    split = split_rows(order, parts)
+    assert [len(part) for part in split] == sizes and [r for part in split for r in part] == order
+
+
 @pytest.mark.parametrize("size", [1, 2, 4])
 def test_position_chunks_cover_each_position_once_at_its_token(size):
     batch, _ = _batch()
@@ -128,7 +161,7 @@ def _critic(micro_batch_size: int):
 
     torch.manual_seed(0)
     policy = load_policy("tiny", seed=0)
-    updater = CriticUpdater(policy, lr=0.05, micro_batch_size=micro_batch_size)
+    updater = CriticUpdater(policy, lr=0.05, micro_batch_size=micro_batch_size, value_clip=10.0)
     updater.optimizer = torch.optim.SGD(updater.model.parameters(), lr=0.05)
     return updater
 
@@ -140,7 +173,7 @@ def test_critic_updater_starts_at_zero_and_fits_returns_whatever_the_micro_batch
     for updater in updaters:
         v_old = updater.values(batch, batch.pre_action)
         assert torch.equal(v_old, torch.zeros(batch.turns.size))  # zero-initialised head
-        metrics = updater.update(batch, v_old, returns, epochs=1, value_clip=10.0, step=1)
+        metrics = updater.update(batch, ValueTargets(v_old, returns), step=1)
         assert metrics["critic_loss"] > 0 and metrics["critic_grad_norm"] > 0
     # global denominators: one micro-batch per row or one for all gives the same step
     for a, b in zip(updaters[0].model.parameters(), updaters[1].model.parameters(), strict=True):
@@ -148,7 +181,7 @@ def test_critic_updater_starts_at_zero_and_fits_returns_whatever_the_micro_batch
     updater = updaters[1]
     for step in range(2, 30):
         v_old = updater.values(batch, batch.pre_action)
-        updater.update(batch, v_old, returns, epochs=1, value_clip=10.0, step=step)
+        updater.update(batch, ValueTargets(v_old, returns), step=step)
     error = (updater.values(batch, batch.pre_action) - returns).abs().mean()
     assert float(error) < 0.5 * float(returns.abs().mean())
     restored = _critic(4)

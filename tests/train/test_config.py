@@ -86,10 +86,14 @@ def test_round_trip_through_yaml(tmp_path):
 
 
 def test_the_algorithm_table_names_each_algorithm_once():
-    from streamrl.train.algorithms import learner_class
-    from streamrl.train.config import ALGORITHM_TABLE
+    from streamrl.train.algo_config import ALGORITHM_TABLE
+    from streamrl.train.algorithms import algorithm_class
+    from streamrl.train.algorithms.base import Algorithm
 
     assert ALGORITHMS == tuple(ALGORITHM_TABLE) == ("spo", "spo++", "grpo", "ppo", "sapo")
+    members = [name for name in dir(Algorithm) if not name.startswith("_")] + list(Algorithm.__annotations__)
     for name, (section, _) in ALGORITHM_TABLE.items():
         assert type(load_config(algo=name).algo) is section
-        assert learner_class(name).name == name
+        cls = algorithm_class(name)
+        # class attributes, or set per instance from the config section
+        assert all(hasattr(cls, member) or member in ("group_size", "critic", "warm_start") for member in members), name

@@ -12,7 +12,7 @@ from streamrl.envs import make
 from streamrl.policy.engine import HFEngine
 from streamrl.policy.loading import load_policy
 from streamrl.rollout.evaluate import run_episodes
-from streamrl.train.algorithms import make_learner
+from streamrl.train.assemble import make_learner
 from streamrl.train.evaluate import episode_runner, episode_settings
 
 
@@ -35,7 +35,7 @@ def _step(config, trajectories):
     # plain SGD: Adam's first step is lr * sign(grad), so float noise in a near-zero gradient
     # would flip a whole step; SGD keeps a recomputation difference as small as it really is
     learner.optimizer = torch.optim.SGD(policy.trainable_parameters(), lr=config.optim.lr)
-    learner.critic_updater.optimizer = torch.optim.SGD(learner.critic.parameters(), lr=config.algo.critic_lr)
+    learner.critic.optimizer = torch.optim.SGD(learner.critic.model.parameters(), lr=config.algo.critic_lr)
     metrics = learner.step(trajectories)
     return policy, learner, metrics
 
@@ -51,10 +51,10 @@ def test_checkpointed_step_equals_plain_step(coin_config):
                                 "model.gradient_checkpointing=true")
     policy_b, learner_b, metrics_b = _step(checkpointed, trajectories)
     assert any(getattr(m, "gradient_checkpointing", False) for m in policy_b.model.modules())
-    assert any(getattr(m, "gradient_checkpointing", False) for m in learner_b.critic.modules())
+    assert any(getattr(m, "gradient_checkpointing", False) for m in learner_b.critic.model.modules())
     for a, b in zip(policy_a.model.parameters(), policy_b.model.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
-    for a, b in zip(learner_a.critic.parameters(), learner_b.critic.parameters(), strict=True):
+    for a, b in zip(learner_a.critic.model.parameters(), learner_b.critic.model.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
     moved = load_policy("tiny", model_overrides=plain.model.overrides, seed=0)
     assert any(not torch.equal(a, b) for a, b in zip(moved.model.parameters(), policy_b.model.parameters()))

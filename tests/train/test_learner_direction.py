@@ -10,7 +10,7 @@ from streamrl.envs import make
 from streamrl.policy.engine import HFEngine
 from streamrl.policy.loading import load_policy
 from streamrl.rollout.evaluate import run_episodes
-from streamrl.train.algorithms import make_learner
+from streamrl.train.assemble import make_learner
 from streamrl.train.batch import collate
 from streamrl.train.evaluate import episode_runner, episode_settings
 
@@ -36,7 +36,7 @@ def test_spo_plus_plus_step_follows_the_advantage_sign(coin_config):
 
     trajectories = asyncio.run(rollouts())
     learner = make_learner(config, policy)
-    source = learner.make_source([t.prompt_id for t in trajectories])
+    source = learner.algorithm.prompt_source([t.prompt_id for t in trajectories])
     for t in trajectories:  # what the dispatcher would have frozen: the unseen prior, 0.5
         t.dispatch = type(t.dispatch)(**{**t.dispatch.to_dict(), "baseline": source.on_dispatch(t.prompt_id).baseline, "z": 0.0})
     batch = collate(trajectories)

@@ -228,6 +228,52 @@ def micro_batches(batch: Batch, rows: list[int], micro_batch_size: int) -> list[
     return [ordered[i : i + micro_batch_size] for i in range(0, len(ordered), micro_batch_size)]
 
 
+@dataclass
+class MicroBatch:
+    """Rows of one forward/backward and the turns whose boundaries fall in them."""
+
+    rows: list[int]
+    #: the rows' tensors, cut to their longest row (``Batch.rows``)
+    tensors: dict[str, torch.Tensor]
+    #: ``[K]`` global turn ids, and their (local row, column) pre- and post-action positions
+    turn_ids: torch.Tensor
+    pre_positions: tuple[torch.Tensor, torch.Tensor]
+    post_positions: tuple[torch.Tensor, torch.Tensor]
+
+
+def micro_batch(batch: Batch, rows: list[int]) -> MicroBatch:
+    turn_ids, turn_rows, pre_cols = batch.locate(rows, batch.pre_action)
+    post_cols = batch.post_action[turn_ids] % batch.width  # a turn's boundaries share its row
+    return MicroBatch(rows, batch.rows(rows), turn_ids, (turn_rows, pre_cols), (turn_rows, post_cols))
+
+
+@dataclass
+class Counts:
+    """Global denominators of one mini-batch (every micro-batch's loss is a share of its mean)."""
+
+    tokens: float  # action tokens in the policy loss
+    rows: float
+    turns: float
+    #: ``[M]`` bool: the turns whose rows are in the mini-batch
+    turn_mask: torch.Tensor
+
+
+def mini_batch_counts(batch: Batch, rows: list[int], loss_mask: torch.Tensor) -> Counts:
+    """The denominators of the mini-batch ``rows``; ``loss_mask`` ``[N, S]``: tokens in the loss."""
+    row_index = torch.tensor(rows, dtype=torch.long)
+    in_rows = torch.zeros(batch.num_rows, dtype=torch.bool)
+    in_rows[row_index] = True
+    turn_mask = in_rows[batch.row_of(batch.pre_action)]
+    return Counts(float(loss_mask[row_index].sum()), float(len(rows)), float(turn_mask.sum()), turn_mask)
+
+
+def split_rows(order: list[int], parts: int) -> list[list[int]]:
+    """``order`` in at most ``parts`` consecutive mini-batches of (nearly) equal size."""
+    parts = max(1, min(parts, len(order)))
+    size = -(-len(order) // parts)
+    return [order[i : i + size] for i in range(0, len(order), size)]
+
+
 def broadcast_to_tokens(turn_values: torch.Tensor, token_turn: torch.Tensor) -> torch.Tensor:
     """``[M]`` per turn -> ``[N, S]`` per action token, by ``token_turn``; off-action tokens (-1)
     get 0 (False for a bool ``turn_values``). Float values come back as float64."""

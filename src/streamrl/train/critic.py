@@ -10,6 +10,7 @@ the same ``clip_and_step`` as the actor.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,6 +19,15 @@ from streamrl.algos import value_loss
 from streamrl.policy.modeling import decoder_and_head, enable_gradient_checkpointing, position_ids_from_mask
 from streamrl.train.batch import Batch, position_chunks
 from streamrl.train.optim import check_finite_value, clip_and_step
+
+
+@dataclass
+class ValueTargets:
+    """What the critic trains toward, per global turn ``[M]`` float32."""
+
+    #: V before the update (the centre of the value clip)
+    v_old: torch.Tensor
+    returns: torch.Tensor
 
 
 class Critic(torch.nn.Module):
@@ -54,6 +64,8 @@ class CriticUpdater:
         weight_decay: float = 0.0,
         grad_clip: float = 1.0,
         micro_batch_size: int = 8,
+        epochs: int = 1,
+        value_clip: float = 0.5,
         gradient_checkpointing: bool = False,
     ):
         self.model = Critic(policy)
@@ -62,6 +74,8 @@ class CriticUpdater:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=tuple(betas), weight_decay=weight_decay)
         self.grad_clip = grad_clip
         self.micro_batch_size = micro_batch_size
+        self.epochs = epochs
+        self.value_clip = value_clip
 
     @torch.no_grad()
     def values(self, batch: Batch, positions: torch.Tensor) -> torch.Tensor:
@@ -72,22 +86,19 @@ class CriticUpdater:
             values[pick] = self.model(tensors["input_ids"], tensors["attention_mask"], rows, cols)
         return values
 
-    def update(
-        self, batch: Batch, v_old: torch.Tensor, returns: torch.Tensor, *, epochs: int, value_clip: float, step: int
-    ) -> dict[str, float]:
-        """``epochs`` optimiser steps of the clipped value loss toward ``returns`` ``[M]`` at every
-        turn's pre-action boundary (``v_old`` ``[M]``: the values before the update); ``step`` is
-        the learner step, for the non-finite guard."""
+    def update(self, batch: Batch, targets: ValueTargets, *, step: int) -> dict[str, float]:
+        """``epochs`` optimiser steps of the clipped value loss toward ``targets.returns`` at every
+        turn's pre-action boundary; ``step`` is the learner step, for the non-finite guard."""
         count = float(batch.turns.size)
         self.model.train()
         losses, norms = [], []
-        for _ in range(epochs):
+        for _ in range(self.epochs):
             total = 0.0
             for tensors, pick, rows, cols in position_chunks(batch, batch.pre_action, self.micro_batch_size):
                 values = self.model(tensors["input_ids"], tensors["attention_mask"], rows, cols)
                 loss = value_loss(
-                    values, v_old[pick], returns[pick], torch.ones_like(values, dtype=torch.bool),
-                    clip=value_clip, global_count=count,
+                    values, targets.v_old[pick], targets.returns[pick], torch.ones_like(values, dtype=torch.bool),
+                    clip=self.value_clip, global_count=count,
                 )
                 check_finite_value(step, "critic loss", float(loss.detach()))
                 loss.backward()

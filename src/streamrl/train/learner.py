@@ -1,274 +1,224 @@
-"""The learner base: one optimiser step (or a few PPO epochs) from a batch of trajectories.
+"""The learner: one optimiser step (or a few PPO epochs) from a batch of trajectories.
 
-An algorithm (``streamrl.train.algorithms``) supplies what differs: where prompts come from,
-how turn advantages are computed, and optional extra loss terms (SAPO's value heads). Everything
-else is shared here: collation, proximal and reference log-probs, truncated importance weights,
-the clipped policy loss with global denominators over micro-batches, gradient clipping, metrics.
+The learner is algorithm-blind. An ``Algorithm`` (``train/algorithms/base.py``) supplies what
+differs: rollout mode, prompt source, per-turn advantages, optional auxiliary loss and critic,
+and its own state. Everything else is here, and only here: collation, proximal and reference
+log-probs, truncated importance weights, the clipped policy loss with global denominators over
+micro-batches, the optimiser steps of actor and critic, metrics.
 
-Formulas live in ``streamrl.algos``; this module only assembles them.
+Formulas live in ``streamrl.algos``; index arithmetic in ``train/batch.py``; this module only
+assembles them.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from streamrl.algos import aggregate, kl_estimate, policy_drift, ppo_policy_loss, tis_weights
 from streamrl.policy.modeling import enable_gradient_checkpointing
 from streamrl.policy.scoring import ScoreOutput, forward_for_loss, score
-from streamrl.rollout import PromptSource, Trajectory, UniformPromptSource
+from streamrl.rollout import Trajectory
 from streamrl.rollout.trajectory import turn_stats
-from streamrl.train.batch import Batch, broadcast_to_tokens, collate, micro_batches, shaped_turn_rewards
-from streamrl.train.config import Config
+from streamrl.train.algo_config import PolicyLossConfig
+from streamrl.train.algorithms.base import Algorithm, Prepared
+from streamrl.train.batch import (
+    Batch,
+    MicroBatch,
+    broadcast_to_tokens,
+    collate,
+    micro_batch,
+    micro_batches,
+    mini_batch_counts,
+    split_rows,
+)
+from streamrl.train.config import OptimConfig, RewardConfig
 from streamrl.train.optim import check_finite_loss, clip_and_step
 
 
+@dataclass(frozen=True)
+class UpdateConfig:
+    """All the learner reads of the run's configuration."""
+
+    #: the policy-loss switches (the shared fields of the ``algo`` section)
+    loss: PolicyLossConfig
+    optim: OptimConfig
+    #: reward shaping of the collated turn rewards
+    reward: RewardConfig
+    temperature: float
+    #: mini-batch shuffling: seeded by ``seed`` and the step
+    seed: int = 0
+    gradient_checkpointing: bool = False
+    #: Dr.GRPO's constant L_norm when ``loss.norm_length`` is null: ``max_new_tokens`` times the
+    #: turns one row can hold (1 per step; None: the batch's longest trajectory)
+    max_new_tokens: int = 48
+    turns_per_row: int | None = 1
+
+
 @dataclass
-class Prepared:
-    """What an algorithm computes before the update (all detached)."""
-
-    #: per global turn ``[M]``: the advantage broadcast to that turn's action tokens
-    turn_advantages: torch.Tensor
-    #: turns whose tokens enter the policy loss ``[M]`` bool (default: all)
-    policy_turns: torch.Tensor | None = None
-    #: algorithm-specific tensors for ``extra_loss``
-    extra: dict[str, Any] = field(default_factory=dict)
-    metrics: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass
-class Probe:
+class _Probe:
     """The first micro-batch of an update and its log-probs before the update (to measure drift)."""
 
     tensors: dict[str, torch.Tensor]
     logprobs: torch.Tensor
 
 
-@dataclass
-class Counts:
-    """Global denominators of one mini-batch (every micro-batch's loss is a share of its mean)."""
-
-    tokens: float  # action tokens in the policy loss
-    rows: float
-    turns: float
-    #: ``[M]`` bool: the turns whose rows are in the mini-batch
-    turn_mask: torch.Tensor
-
-
-@dataclass
-class MicroBatch:
-    rows: list[int]
-    tensors: dict[str, torch.Tensor]
-    #: global turn ids whose boundaries fall in these rows, and their (local row, column) positions
-    turn_ids: torch.Tensor
-    pre_positions: tuple[torch.Tensor, torch.Tensor]
-    post_positions: tuple[torch.Tensor, torch.Tensor]
-
-
-#: ``await play(prompt_ids, request_prefix)``: one episode per prompt id with the current policy
-#: and the training episode settings, outside the rollout stream (the loop provides it)
-Play = Callable[[list[str], str], Awaitable[list[Trajectory]]]
-
-
 class Learner:
-    """Subclasses set ``name`` and implement ``prepare``; see ``streamrl.train.algorithms``."""
+    """Trains ``policy`` with ``algorithm``; ``step(trajectories)`` is one learner step."""
 
-    name = "base"
-    #: read values at turn boundaries in the training forward (SAPO)
-    reads_values = False
-    #: keep the update's first micro-batch and its log-probs before the update (SPO's drift probe)
-    measures_drift = False
-
-    def __init__(
-        self, config: Config, policy: Any, reference: Any | None = None, reward_range: tuple[float, float] = (0.0, 1.0)
-    ):
-        self.config = config
-        #: the environment's reward range times ``reward.scale``: outcomes live here
-        self.reward_range = (reward_range[0] * config.reward.scale, reward_range[1] * config.reward.scale)
-        self.algo = config.algo
+    def __init__(self, algorithm: Algorithm, settings: UpdateConfig, policy: Any, reference: Any | None = None):
+        self.algorithm = algorithm
+        self.settings = settings
         self.policy = policy
         self.reference = reference
         self.model = policy.model
-        if config.model.gradient_checkpointing:
+        if settings.gradient_checkpointing:
             enable_gradient_checkpointing(self.model)
+        optim = settings.optim
         self.optimizer = torch.optim.AdamW(
-            policy.trainable_parameters(),
-            lr=config.optim.lr,
-            betas=tuple(config.optim.betas),
-            weight_decay=config.optim.weight_decay,
+            policy.trainable_parameters(), lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay,
         )
-        self.temperature = config.rollout.temperature
+        #: trained beside the actor (PPO's), or None
+        self.critic = algorithm.critic
         self.steps_done = 0
         #: the last step's per-turn advantages by request id (trajectories in its loss only)
         self.last_advantages: dict[str, list[float]] = {}
 
-    # -- what algorithms override ---------------------------------------------------------------
-
-    def rollout_mode(self) -> str:
-        """``"stream"`` (one trajectory per dispatch) or ``"group"`` (``group_size`` per prompt)."""
-        return "stream"
-
-    def group_size(self) -> int:
-        return 1
-
-    def make_source(self, prompt_ids: list[str]) -> PromptSource:
-        return UniformPromptSource(prompt_ids)
-
-    async def warm_start(self, prompt_ids: list[str], play: Play) -> str | None:
-        """Once, before the first step of a fresh run: initialise algorithm state from episodes of
-        the initial policy (SPO's offline prior); returns a line for the log, or None."""
-        return None
-
-    def prepare(self, batch: Batch, old: ScoreOutput | None) -> Prepared:
-        raise NotImplementedError
-
-    def needs_old_pass(self) -> bool:
-        """Whether advantages need a no-grad forward before the update (values, multi-epoch)."""
-        return self.algo.epochs > 1 or self.algo.mini_batches > 1 or self.reads_values
-
-    def extra_loss(
-        self, batch: Batch, prepared: Prepared, micro: MicroBatch, out: ScoreOutput, counts: Counts
-    ) -> tuple[torch.Tensor | None, dict[str, float]]:
-        return None, {}
-
-    def finish(
-        self, delivered: list[Trajectory], batch: Batch | None, prepared: Prepared | None, probe: Probe | None
-    ) -> dict[str, float]:
-        """After the update (or its skip: ``batch`` None): absorb results into trackers, train a critic."""
-        return {}
-
-    def observe(self, trajectories: list[Trajectory]) -> dict[str, float]:
-        """Every delivered trajectory, stale or crashed ones included (before the update)."""
-        return {}
+    # -- checkpoints ------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        return {"steps_done": self.steps_done}
+        """JSON: the step count and, beside it, the algorithm's own keys."""
+        return {"steps_done": self.steps_done, **self.algorithm.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.steps_done = int(state.get("steps_done", 0))
+        self.algorithm.load_state_dict(state)
 
     def tensor_state(self) -> dict[str, Any]:
         """Tensors to checkpoint with ``torch.save`` (the policy weights are saved separately)."""
-        return {"optimizer": self.optimizer.state_dict()}
+        return {"optimizer": self.optimizer.state_dict(), **(self.critic.state_dict() if self.critic else {})}
 
     def load_tensor_state(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.critic is not None:
+            self.critic.load_state_dict(state)
 
-    # -- helpers for algorithms -------------------------------------------------------------------
-
-    @property
-    def excluded_ids(self) -> tuple[int, ...]:
-        return tuple(self.policy.banned_token_ids)
-
-    def outcome(self, trajectory: Trajectory) -> float:
-        """R_i in reward units, shaped by the reward config."""
-        return sum(shaped_turn_rewards(trajectory, self.config.reward))
+    # -- the step ---------------------------------------------------------------------------------
 
     def score_batch(self, model: Any, batch: Batch, values: bool = False) -> ScoreOutput:
+        """No-grad log-probs of the batch's action tokens under ``model`` (and value logits)."""
         tensors = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "token_mask": batch.action_mask}
         if values:
             tensors["value_mask"] = batch.value_mask()
         return score(
             model,
             tensors,
-            micro_batch_size=self.config.optim.micro_batch_size,
-            excluded_ids=self.excluded_ids,
+            micro_batch_size=self.settings.optim.micro_batch_size,
+            excluded_ids=tuple(self.policy.banned_token_ids),
             value_token_ids=self.policy.value_token_ids if values else None,
-            temperature=self.temperature,
+            temperature=self.settings.temperature,
             with_entropy=False,
         )
-
-    # -- the step ---------------------------------------------------------------------------------
 
     def step(self, trajectories: list[Trajectory]) -> dict[str, float]:
         """One learner step. Metrics include the time of each phase (``time_*_s``): scoring with
         the proximal policy (``score_old``, which also reads SAPO's V/Q), with the reference
-        (``score_ref``), advantage preparation (``prepare``: PPO's critic values), the actor update,
-        and ``finish`` (tracker updates, PPO's critic update). Afterwards ``last_advantages``
-        holds the advantage of every turn of every trajectory in the loss (empty when skipped)."""
+        (``score_ref``), the algorithm's advantages (``prepare``: PPO's critic values), the actor
+        update, the critic update (PPO) and the algorithm's ``after_update`` (tracker updates).
+        Afterwards ``last_advantages`` holds the advantage of every turn of every trajectory in
+        the loss (empty when skipped)."""
         clock = _PhaseClock()
+        algorithm, loss_config, step = self.algorithm, self.settings.loss, self.steps_done + 1
         self.last_advantages = {}
-        metrics = self.observe(trajectories)
         usable = [t for t in trajectories if t.outcome is not None and t.turns and not t.excluded_from_loss]
-        metrics.update(_delivery_metrics(trajectories, usable))
+        metrics = _delivery_metrics(trajectories, usable)
         if not usable:
-            metrics.update(self.finish(trajectories, None, None, None), skipped=1.0)
-            self.steps_done += 1
+            drift = 0.0 if algorithm.measures_drift else None
+            metrics.update(algorithm.after_update(trajectories, drift), skipped=1.0)
+            self.steps_done = step
             return {**metrics, **clock.metrics()}
-        batch = collate(
-            usable,
-            reward=self.config.reward,
-            pad_id=self.policy.tokenizer.pad_token_id or 0,
-        )
+        batch = collate(usable, reward=self.settings.reward, pad_id=self.policy.tokenizer.pad_token_id or 0)
         clock.lap("collate")
-        old = self.score_batch(self.model, batch, values=self.reads_values) if self.needs_old_pass() else None
+        several_passes = loss_config.epochs > 1 or loss_config.mini_batches > 1
+        old = None
+        if algorithm.needs_old_pass or several_passes:
+            old = self.score_batch(self.model, batch, values=algorithm.reads_values)
         clock.lap("score_old")
         ref = None
-        if self.algo.kl_coef > 0:
+        if loss_config.kl_coef > 0:
             if self.reference is None:
-                raise RuntimeError("algo.kl_coef > 0 needs a reference model (train.reference_model: true)")
+                raise RuntimeError("loss_config.kl_coef > 0 needs a reference model (train.reference_model: true)")
             ref = self.score_batch(self.reference.model, batch).logprobs
         clock.lap("score_ref")
-        prepared = self.prepare(batch, old)
+        prepared = algorithm.advantages(batch, old, step)
         metrics.update(prepared.metrics)
         self.last_advantages = _advantages_by_request(batch, prepared.turn_advantages)
         clock.lap("prepare")
-        update_metrics, probe = self._update(batch, prepared, old, ref)
+        update_metrics, probe = self._actor_update(batch, prepared, old, ref)
         metrics.update(update_metrics)
         clock.lap("actor_update")
-        metrics.update(self.finish(trajectories, batch, prepared, probe))
-        clock.lap("finish")
-        self.steps_done += 1
+        if self.critic is not None:
+            metrics.update(self.critic.update(batch, prepared.value_targets, step=step))
+            clock.lap("critic_update")
+        drift = None
+        if algorithm.measures_drift:
+            drift = self._policy_drift(probe) if probe is not None else 0.0
+        metrics.update(algorithm.after_update(trajectories, drift))
+        clock.lap("after_update")
+        self.steps_done = step
         metrics.update(clock.metrics())
         return metrics
 
-    def _update(
+    def _actor_update(
         self, batch: Batch, prepared: Prepared, old: ScoreOutput | None, ref: torch.Tensor | None
-    ) -> tuple[dict[str, float], Probe | None]:
-        algo, optim = self.algo, self.config.optim
+    ) -> tuple[dict[str, float], _Probe | None]:
+        """The actor's update: ``epochs`` passes of ``mini_batches`` optimiser steps each, every
+        mini-batch accumulated over micro-batches; returns metrics and, for an algorithm that
+        measures drift, the first micro-batch with its log-probs before the update."""
+        loss_config, optim, auxiliary_loss = self.settings.loss, self.settings.optim, self.algorithm.auxiliary_loss
         token_adv = broadcast_to_tokens(prepared.turn_advantages, batch.token_turn).float()
         loss_mask = batch.action_mask.clone()
         if prepared.policy_turns is not None:
             loss_mask &= broadcast_to_tokens(prepared.policy_turns, batch.token_turn)
         policy_active = bool((token_adv[loss_mask] != 0).any())
-        if not policy_active and not self.reads_values and not algo.kl_coef:
+        if not policy_active and auxiliary_loss is None and not loss_config.kl_coef:
             return {"actor_skipped": 1.0}, None
 
         self.model.train()
         weighted: dict[str, float] = {}  # token-weighted means (PPO diagnostics)
         shares: dict[str, float] = {}  # global-denominator shares: their sum is the mini-batch value
         ratio_max, grad_norms, probe = 1.0, [], None
-        norm_length = algo.norm_length or self._max_response_tokens(batch)
-        generator = torch.Generator().manual_seed(self.config.train.seed * 100_003 + self.steps_done)
-        for _ in range(algo.epochs):
+        norm_length = self._norm_length(batch)
+        generator = torch.Generator().manual_seed(self.settings.seed * 100_003 + self.steps_done)
+        for _ in range(loss_config.epochs):
             order = list(range(batch.num_rows))
-            if algo.mini_batches > 1:
+            if loss_config.mini_batches > 1:
                 order = torch.randperm(batch.num_rows, generator=generator).tolist()
-            for mini in _split(order, algo.mini_batches):
-                counts = self._counts(batch, mini, loss_mask)
+            for mini in split_rows(order, loss_config.mini_batches):
+                counts = mini_batch_counts(batch, mini, loss_mask)
                 for rows in micro_batches(batch, mini, optim.micro_batch_size):
-                    micro = self._micro(batch, rows)
+                    micro = micro_batch(batch, rows)
                     out = self._forward(micro)
                     logp = out.logprobs
                     mask = _cut(loss_mask, rows, logp).bool()
                     old_logp = logp.detach() if old is None else _cut(old.logprobs, rows, logp)
-                    if probe is None and self.measures_drift:
-                        probe = Probe(micro.tensors, logp.detach())
+                    if probe is None and self.algorithm.measures_drift:
+                        probe = _Probe(micro.tensors, logp.detach())
                     # how far the trainer's policy has moved from the one that generated the tokens
                     # (staleness plus engine/trainer numerics): KL(pi_rollout || pi_old), k3
                     behaviour_kl = kl_estimate(micro.tensors["rollout_logprobs"], old_logp, "k3")
                     weighted["behaviour_kl"] = weighted.get("behaviour_kl", 0.0) + float(behaviour_kl[mask].sum())
                     tis = None
-                    if algo.tis_cap is not None:
-                        tis = tis_weights(old_logp, micro.tensors["rollout_logprobs"], algo.tis_cap)
+                    if loss_config.tis_cap is not None:
+                        tis = tis_weights(old_logp, micro.tensors["rollout_logprobs"], loss_config.tis_cap)
                         weighted["tis_weight"] = weighted.get("tis_weight", 0.0) + float(tis[mask].sum())
                     loss, stats = ppo_policy_loss(
                         logp, old_logp, _cut(token_adv, rows, logp), mask,
-                        clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
-                        agg=algo.agg, tis_weights=tis, norm_length=norm_length,
+                        clip_low=loss_config.clip_low, clip_high=loss_config.clip_high, dual_clip=loss_config.dual_clip,
+                        agg=loss_config.agg, tis_weights=tis, norm_length=norm_length,
                         global_tokens=counts.tokens, global_seqs=counts.rows,
                     )
                     ratio_max = max(ratio_max, stats.pop("ratio_max"))
@@ -277,18 +227,18 @@ class Learner:
                         weighted[key] = weighted.get(key, 0.0) + value * tokens
                     share = {"policy_loss": float(loss.detach())}
                     if ref is not None:
-                        kl = aggregate(kl_estimate(logp, _cut(ref, rows, logp), algo.kl_estimator), mask, global_tokens=counts.tokens)
-                        loss = loss + algo.kl_coef * kl
+                        kl = aggregate(kl_estimate(logp, _cut(ref, rows, logp), loss_config.kl_estimator), mask, global_tokens=counts.tokens)
+                        loss = loss + loss_config.kl_coef * kl
                         share["kl_ref"] = float(kl.detach())
                     if out.entropy is not None:
                         ent = aggregate(out.entropy, mask, global_tokens=counts.tokens)
                         share["entropy"] = float(ent.detach())
-                        if algo.entropy_coef:
-                            loss = loss - algo.entropy_coef * ent
-                    extra, extra_share = self.extra_loss(batch, prepared, micro, out, counts)
-                    if extra is not None:
-                        loss = loss + extra
-                    share.update(extra_share)
+                        if loss_config.entropy_coef:
+                            loss = loss - loss_config.entropy_coef * ent
+                    if auxiliary_loss is not None:
+                        auxiliary = auxiliary_loss(prepared, micro, out, counts)
+                        loss = loss + auxiliary.loss
+                        share.update(auxiliary.terms)
                     share["loss"] = float(loss.detach())
                     check_finite_loss(self.steps_done + 1, share)
                     loss.backward()
@@ -299,38 +249,24 @@ class Learner:
                     step=self.steps_done + 1, model=self.model,
                 ))
         self.model.eval()
-        total_tokens = max(float(loss_mask.sum()) * algo.epochs, 1.0)
+        total_tokens = max(float(loss_mask.sum()) * loss_config.epochs, 1.0)
         metrics = {key: value / total_tokens for key, value in weighted.items()}
         metrics.update({key: value / len(grad_norms) for key, value in shares.items()})
         metrics.update(grad_norm=sum(grad_norms) / len(grad_norms), ratio_max=ratio_max, optimizer_steps=float(len(grad_norms)))
         return metrics, probe
 
-    def _max_response_tokens(self, batch: Batch) -> int:
-        """Dr.GRPO's constant L_norm: the longest response a row can hold under this config."""
-        rollout = self.config.rollout
-        if rollout.layout == "per_step":
-            return rollout.max_new_tokens
-        turns = max(len(t.turns) for t in batch.trajectories)
-        return rollout.max_new_tokens * (rollout.max_turns or turns)
+    def _norm_length(self, batch: Batch) -> int:
+        """Dr.GRPO's constant L_norm: the configured one, else the longest response a row can hold."""
+        settings = self.settings
+        turns = settings.turns_per_row or max(len(t.turns) for t in batch.trajectories)
+        return settings.loss.norm_length or settings.max_new_tokens * turns
 
-    def policy_drift(self, probe: Probe) -> float:
+    def _policy_drift(self, probe: _Probe) -> float:
         """Mean |log pi_now - log pi_before| over the probe's action tokens (SPO's drift D)."""
         with torch.no_grad():
             now = self._forward_rows(probe.tensors).logprobs
         mask = probe.tensors["action_mask"]
         return policy_drift(now[mask], probe.logprobs[mask])
-
-    def _counts(self, batch: Batch, rows: list[int], loss_mask: torch.Tensor) -> Counts:
-        row_index = torch.tensor(rows, dtype=torch.long)
-        in_rows = torch.zeros(batch.num_rows, dtype=torch.bool)
-        in_rows[row_index] = True
-        turn_mask = in_rows[batch.row_of(batch.pre_action)]
-        return Counts(float(loss_mask[row_index].sum()), float(len(rows)), float(turn_mask.sum()), turn_mask)
-
-    def _micro(self, batch: Batch, rows: list[int]) -> MicroBatch:
-        turn_ids, turn_rows, pre_cols = batch.locate(rows, batch.pre_action)
-        post_cols = batch.post_action[turn_ids] % batch.width  # a turn's boundaries share its row
-        return MicroBatch(rows, batch.rows(rows), turn_ids, (turn_rows, pre_cols), (turn_rows, post_cols))
 
     def _forward_rows(
         self, tensors: dict[str, torch.Tensor], value_mask: torch.Tensor | None = None, with_entropy: bool = False
@@ -340,16 +276,16 @@ class Learner:
             tensors["input_ids"],
             tensors["attention_mask"],
             token_mask=tensors["action_mask"],
-            excluded_ids=self.excluded_ids,
+            excluded_ids=tuple(self.policy.banned_token_ids),
             value_token_ids=self.policy.value_token_ids if value_mask is not None else None,
             value_mask=value_mask,
-            temperature=self.temperature,
+            temperature=self.settings.temperature,
             with_entropy=with_entropy,
         )
 
     def _forward(self, micro: MicroBatch) -> ScoreOutput:
         value_mask = None
-        if self.reads_values:
+        if self.algorithm.reads_values:
             value_mask = torch.zeros_like(micro.tensors["action_mask"])
             value_mask[micro.pre_positions] = True
             value_mask[micro.post_positions] = True
@@ -377,12 +313,6 @@ def _advantages_by_request(batch: Batch, turn_advantages: torch.Tensor) -> dict[
 
 def _cut(full: torch.Tensor, rows: list[int], like: torch.Tensor) -> torch.Tensor:
     return full[rows][:, : like.shape[1]].to(like.dtype)
-
-
-def _split(order: list[int], parts: int) -> list[list[int]]:
-    parts = max(1, min(parts, len(order)))
-    size = -(-len(order) // parts)
-    return [order[i : i + size] for i in range(0, len(order), size)]
 
 
 def _delivery_metrics(delivered: list[Trajectory], usable: list[Trajectory]) -> dict[str, float]:

@@ -18,7 +18,7 @@ from streamrl.envs import make, make_parser, make_prompt_builder
 from streamrl.policy.engine import HFEngine
 from streamrl.rollout import Rollout, RolloutSettings
 from streamrl.rollout.evaluate import run_episodes
-from streamrl.train.algorithms import make_learner
+from streamrl.train.assemble import make_learner
 from streamrl.train.config import Config
 from streamrl.train.errors import TrainingError
 from streamrl.train.resources import check_resources
@@ -59,12 +59,13 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
     pool, reward_range = env.task_ids("train", limit=config.env.train_tasks), env.spec.reward_range
     env.close()
     learner = make_learner(config, policy, ws.reference(config, policy, state), reward_range)
+    algorithm = learner.algorithm
     run = RunState.initial() if state is None else ws.load_learner(state, learner)
     torch.set_num_threads(learner_threads)
     engine = HFEngine.from_policy(policy, version=run.version, seed=config.train.seed, threads=engine_threads)
 
-    if state is None:  # a fresh run: the algorithm may initialise itself from the initial policy
-        note = await learner.warm_start(pool, functools.partial(play_episodes, config, engine, policy))
+    if state is None and algorithm.warm_start is not None:  # a fresh run: initialised by the initial policy
+        note = await algorithm.warm_start(pool, functools.partial(play_episodes, config, engine, policy))
         if note:
             echo(note)
 
@@ -85,10 +86,10 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
         parser=make_parser(config.env.name, **config.env.parser),
         prompt_builder=make_prompt_builder(config.env.name, **config.env.prompt),
         codec=policy,
-        source=learner.make_source(pool),
+        source=algorithm.prompt_source(pool),
         settings=RolloutSettings(
-            mode=learner.rollout_mode(), concurrency=config.rollout.concurrency, batch_size=config.train.batch_size,
-            group_size=learner.group_size(), max_staleness=config.rollout.max_staleness,
+            mode=algorithm.rollout_mode, concurrency=config.rollout.concurrency, batch_size=config.train.batch_size,
+            group_size=algorithm.group_size, max_staleness=config.rollout.max_staleness,
             seed=config.train.seed, env_name=config.env.name, episode=episode_settings(config),
         ),
         event_log=ws.events_path(state),

@@ -2,24 +2,40 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from streamrl.algos import grpo_advantages, grpo_group_stats
+from streamrl.rollout import PromptSource, Trajectory, UniformPromptSource
+from streamrl.train.algo_config import GRPOConfig
+from streamrl.train.algorithms.base import Prepared, Setup
 from streamrl.train.batch import Batch
-from streamrl.train.learner import Learner, Prepared
 
 
-class GRPOLearner(Learner):
-    name = "grpo"
+class GRPO:
+    rollout_mode = "group"
+    needs_old_pass = reads_values = measures_drift = False
+    critic = warm_start = auxiliary_loss = None
 
-    def rollout_mode(self) -> str:
-        return "group"
+    def __init__(self, config: GRPOConfig, setup: Setup):
+        self.config = config
+        self.group_size = config.group_size
 
-    def group_size(self) -> int:
-        return self.algo.group_size
+    def prompt_source(self, prompt_ids: list[str]) -> PromptSource:
+        return UniformPromptSource(prompt_ids)
 
-    def prepare(self, batch: Batch, old) -> Prepared:
+    def advantages(self, batch: Batch, old: Any, step: int) -> Prepared:
         rewards = batch.outcomes()
         groups = [t.group_id or t.request_id for t in batch.trajectories]
-        adv = grpo_advantages(rewards, groups, scale_by_std=self.algo.scale_by_std)
+        adv = grpo_advantages(rewards, groups, scale_by_std=self.config.scale_by_std)
         metrics = grpo_group_stats(rewards, groups)
         metrics["partial_groups"] = float(sum(t.partial_group for t in batch.trajectories))
         return Prepared(turn_advantages=adv[batch.turns.trajectory], metrics=metrics)
+
+    def after_update(self, delivered: list[Trajectory], drift: float | None) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

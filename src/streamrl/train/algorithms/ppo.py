@@ -1,77 +1,73 @@
 """PPO with a separate critic and turn-level GAE (docs/algorithms.md §3).
 
-Each learner step scores V_old with the critic (``streamrl.train.critic``), computes turn GAE and
-normalised advantages, updates the actor (the shared PPO loss), then updates the critic beside it
-with the clipped value loss over turns, as its own pass with its own optimiser.
+Each learner step scores V_old with the critic (``train/critic.py``), computes turn GAE and
+normalised advantages; the learner updates the actor (the shared PPO loss), then the critic
+beside it toward ``Prepared.value_targets``, with its own optimiser.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from streamrl.algos import advantage_stats, token_measure_whiten, turn_gae_batched, turn_normalize
-from streamrl.rollout import Trajectory
+from streamrl.rollout import PromptSource, Trajectory, UniformPromptSource
+from streamrl.train.algo_config import PPOConfig
+from streamrl.train.algorithms.base import Prepared, Setup
 from streamrl.train.batch import Batch, bootstrap_values
-from streamrl.train.critic import Critic, CriticUpdater
-from streamrl.train.learner import Learner, Prepared, Probe
+from streamrl.train.critic import CriticUpdater, ValueTargets
 
 
-class PPOLearner(Learner):
-    name = "ppo"
+class PPO:
+    rollout_mode = "stream"
+    group_size = 1
+    # the critic, not the proximal policy, gives V_old: no old pass of its own
+    needs_old_pass = reads_values = measures_drift = False
+    warm_start = auxiliary_loss = None
 
-    def __init__(self, config, policy, reference=None, reward_range=(0.0, 1.0)):
-        super().__init__(config, policy, reference, reward_range)
-        self.critic_updater = CriticUpdater(
-            policy, lr=self.algo.critic_lr, betas=tuple(config.optim.betas), weight_decay=config.optim.weight_decay,
-            grad_clip=config.optim.grad_clip, micro_batch_size=config.optim.micro_batch_size,
-            gradient_checkpointing=config.model.gradient_checkpointing,
+    def __init__(self, config: PPOConfig, setup: Setup):
+        self.config = config
+        optim = setup.optim
+        self.critic = CriticUpdater(
+            setup.policy, lr=config.critic_lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay,
+            grad_clip=optim.grad_clip, micro_batch_size=optim.micro_batch_size,
+            epochs=config.epochs, value_clip=config.value_clip, gradient_checkpointing=setup.gradient_checkpointing,
         )
 
-    @property
-    def critic(self) -> Critic:
-        return self.critic_updater.model
+    def prompt_source(self, prompt_ids: list[str]) -> PromptSource:
+        return UniformPromptSource(prompt_ids)
 
-    def needs_old_pass(self) -> bool:
-        return self.algo.epochs > 1 or self.algo.mini_batches > 1
-
-    def prepare(self, batch: Batch, old) -> Prepared:
-        v_old = self.critic_updater.values(batch, batch.pre_action).double()
-        padded = batch.padded_turns(v_old, done_on_last=self.algo.truncation == "terminal")
+    def advantages(self, batch: Batch, old: Any, step: int) -> Prepared:
+        config = self.config
+        v_old = self.critic.values(batch, batch.pre_action).double()
+        padded = batch.padded_turns(v_old, done_on_last=config.truncation == "terminal")
         last_values = None
-        if self.algo.truncation == "bootstrap":
-            last_values = bootstrap_values(batch, lambda positions: self.critic_updater.values(batch, positions))
+        if config.truncation == "bootstrap":
+            last_values = bootstrap_values(batch, lambda positions: self.critic.values(batch, positions))
         adv_padded, returns = turn_gae_batched(
-            padded["rewards"], padded["values"], padded["dones"], padded["mask"], self.algo.gamma, self.algo.lam, last_values
+            padded["rewards"], padded["values"], padded["dones"], padded["mask"], config.gamma, config.lam, last_values
         )
         turns = batch.turns
         raw = turns.flat(adv_padded)
-        if self.algo.norm_measure == "turn":
+        if config.norm_measure == "turn":
             adv = turns.flat(turn_normalize(adv_padded, padded["mask"]))
-        elif self.algo.norm_measure == "token":
+        elif config.norm_measure == "token":
             adv = token_measure_whiten(raw, turns.action_tokens.double())
         else:
             adv = raw
-        if self.steps_done < self.algo.critic_warmup:
+        if step <= config.critic_warmup:
             adv = torch.zeros_like(adv)  # critic warm-up: the actor waits
         metrics = advantage_stats(raw, adv)
         metrics["value_mean"] = float(v_old.mean())
-        extra = {"v_old": v_old.float(), "returns": turns.flat(returns).float()}
-        return Prepared(turn_advantages=adv, extra=extra, metrics=metrics)
+        targets = ValueTargets(v_old=v_old.float(), returns=turns.flat(returns).float())
+        return Prepared(turn_advantages=adv, value_targets=targets, metrics=metrics)
 
-    def finish(
-        self, delivered: list[Trajectory], batch: Batch | None, prepared: Prepared | None, probe: Probe | None
-    ) -> dict[str, float]:
-        """The critic's own update, beside the actor's."""
-        if batch is None:
-            return {}
-        return self.critic_updater.update(
-            batch, prepared.extra["v_old"], prepared.extra["returns"],
-            epochs=self.algo.epochs, value_clip=self.algo.value_clip, step=self.steps_done + 1,
-        )
+    def after_update(self, delivered: list[Trajectory], drift: float | None) -> dict[str, float]:
+        return {}
 
-    def tensor_state(self) -> dict:
-        return {**super().tensor_state(), **self.critic_updater.state_dict()}
+    def state_dict(self) -> dict[str, Any]:
+        return {}  # the critic's tensors are checkpointed by the learner, with its optimiser's
 
-    def load_tensor_state(self, state: dict) -> None:
-        super().load_tensor_state(state)
-        self.critic_updater.load_state_dict(state)
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

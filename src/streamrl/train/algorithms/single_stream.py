@@ -1,6 +1,6 @@
 """What SPO and SPO++ share: a per-prompt tracker that drives dispatch (prioritised sampling,
-SPO++'s frozen reads) and may start from an offline prior, and advantages from outcomes minus a
-per-trajectory baseline."""
+SPO++'s frozen reads) and may start from an offline prior (their ``warm_start``), and advantages
+from outcomes minus a per-trajectory baseline."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from streamrl.algos import advantage_stats, spo_advantages, spopp_advantages
-from streamrl.rollout import DispatchMeta, PromptSource, Trajectory
+from streamrl.rollout import DispatchMeta, Trajectory
+from streamrl.train.algorithms.base import Play, Prepared, Setup
 from streamrl.train.batch import Batch
-from streamrl.train.learner import Learner, Play, Prepared
 
 
 class TrackerSource:
@@ -61,32 +61,32 @@ class TrackerSource:
             self.tracker.publish()
 
 
-class TrackerLearner(Learner):
-    """A learner whose prompt source is its ``tracker`` (set by the subclass)."""
+class OfflinePrior:
+    """SPO's offline initialisation, an algorithm's ``warm_start``: ``samples`` (n0) rollouts of the
+    initial policy per prompt set each prompt's prior (successes are outcomes above the middle of
+    the reward range)."""
 
-    tracker: Any
-    #: SPO++'s event-time memory: baselines frozen at dispatch
-    freeze = False
+    def __init__(self, tracker: Any, setup: Setup, samples: int):
+        self.tracker = tracker
+        self.setup = setup
+        self.samples = samples
 
-    def make_source(self, prompt_ids: list[str]) -> PromptSource:
-        return TrackerSource(prompt_ids, self.tracker, self.outcome, freeze=self.freeze)
-
-    async def warm_start(self, prompt_ids: list[str], play: Play) -> str | None:
-        """SPO's offline initialisation: ``n0 = algo.offline_samples`` rollouts of the initial
-        policy per prompt set each prompt's prior (successes are outcomes above the middle of the
-        reward range)."""
-        n0 = self.algo.offline_samples
-        if not n0:
-            return None
+    async def __call__(self, prompt_ids: list[str], play: Play) -> str:
+        n0 = self.samples
         trajectories = await play([prompt for prompt in prompt_ids for _ in range(n0)], "offline")
-        middle = sum(self.reward_range) / 2
+        middle = sum(self.setup.reward_range) / 2
         successes = {prompt: 0 for prompt in prompt_ids}
         for trajectory in trajectories:
-            if trajectory.outcome is not None and self.outcome(trajectory) > middle:
+            if trajectory.outcome is not None and self.setup.outcome(trajectory) > middle:
                 successes[trajectory.prompt_id] += 1
         for prompt, count in successes.items():
             self.tracker.init_offline(prompt, count, n0)
         return f"offline prior: {n0} rollouts for each of {len(prompt_ids)} prompts"
+
+
+def offline_prior(tracker: Any, setup: Setup, samples: int) -> OfflinePrior | None:
+    """The warm start of ``offline_samples: samples`` (None for 0: the unseen prior)."""
+    return OfflinePrior(tracker, setup, samples) if samples else None
 
 
 def clamp_reward(tracker: Any, reward: float) -> float:

@@ -3,55 +3,61 @@ action-token-measure normalisation, dual-clip c=2, truncated importance weights.
 
 Ablations are configuration: ``norm_measure: traj`` (minus token-measure normalisation) and
 ``memory: receipt`` (minus event-time memory: baselines read when the learner receives a result,
-evidence absorbed in receipt order at the learner's current event).
+evidence absorbed after the step in receipt order at the learner's current event).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from streamrl.algos import EventTimeTracker
-from streamrl.rollout import Trajectory
-from streamrl.train.algorithms.single_stream import TrackerLearner, baseline_advantages, clamp_reward
+from streamrl.rollout import PromptSource, Trajectory
+from streamrl.train.algo_config import SPOPlusPlusConfig
+from streamrl.train.algorithms.base import Prepared, Setup
+from streamrl.train.algorithms.single_stream import TrackerSource, baseline_advantages, clamp_reward, offline_prior
 from streamrl.train.batch import Batch
-from streamrl.train.learner import Prepared
 
 
-class SPOPlusPlusLearner(TrackerLearner):
-    name = "spo++"
+class SPOPlusPlus:
+    rollout_mode = "stream"
+    group_size = 1
+    needs_old_pass = reads_values = measures_drift = False
+    critic = auxiliary_loss = None
 
-    def __init__(self, config, policy, reference=None, reward_range=(0.0, 1.0)):
-        super().__init__(config, policy, reference, reward_range)
+    def __init__(self, config: SPOPlusPlusConfig, setup: Setup):
+        self.config = config
+        self.setup = setup
         self.tracker = EventTimeTracker(
-            retention=self.algo.retention,
-            reward_range=self.reward_range,
-            eps_s=self.algo.sampler_eps,
-            gamma=self.algo.sampler_gamma,
+            retention=config.retention,
+            reward_range=setup.reward_range,
+            eps_s=config.sampler_eps,
+            gamma=config.sampler_gamma,
         )
-        self.event_time = self.freeze = self.algo.memory == "event_time"
-        self._receipt_baselines: dict[str, float] = {}
+        self.warm_start = offline_prior(self.tracker, setup, config.offline_samples)
+        self.event_time = config.memory == "event_time"
 
-    def observe(self, trajectories: list[Trajectory]) -> dict[str, float]:
-        if self.event_time:
-            return {"event_z": self.tracker.z}
-        # receipt order: read every baseline first (duplicates share the pre-batch value), then absorb
-        self._receipt_baselines = {t.request_id: self.tracker.baseline(t.prompt_id) for t in trajectories}
-        for t in trajectories:
-            if t.outcome is not None:
-                self.tracker.record(t.prompt_id, self.tracker.z, clamp_reward(self.tracker, self.outcome(t)), t.request_id)
-        return {"event_z": self.tracker.z}
+    def prompt_source(self, prompt_ids: list[str]) -> PromptSource:
+        return TrackerSource(prompt_ids, self.tracker, self.setup.outcome, freeze=self.event_time)
 
     def baseline(self, trajectory: Trajectory) -> float:
-        if not self.event_time:
-            return self._receipt_baselines[trajectory.request_id]
+        if not self.event_time:  # receipt order: read now, before ``after_update`` absorbs the batch
+            return self.tracker.baseline(trajectory.prompt_id)
         if trajectory.dispatch.baseline is None:
             raise RuntimeError(f"trajectory {trajectory.request_id} carries no frozen baseline (was it dispatched by SPO++?)")
         return trajectory.dispatch.baseline
 
-    def prepare(self, batch: Batch, old) -> Prepared:
-        return baseline_advantages(batch, [self.baseline(t) for t in batch.trajectories], self.algo.norm_measure)
+    def advantages(self, batch: Batch, old: Any, step: int) -> Prepared:
+        return baseline_advantages(batch, [self.baseline(t) for t in batch.trajectories], self.config.norm_measure)
 
-    def state_dict(self) -> dict:
-        return {**super().state_dict(), "tracker": self.tracker.state_dict()}
+    def after_update(self, delivered: list[Trajectory], drift: float | None) -> dict[str, float]:
+        if not self.event_time:  # event time records each result on arrival (``TrackerSource``)
+            for t in delivered:
+                if t.outcome is not None:
+                    self.tracker.record(t.prompt_id, self.tracker.z, clamp_reward(self.tracker, self.setup.outcome(t)), t.request_id)
+        return {"event_z": self.tracker.z}
 
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
+    def state_dict(self) -> dict[str, Any]:
+        return {"tracker": self.tracker.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.tracker.load_state_dict(state["tracker"])

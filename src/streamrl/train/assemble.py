@@ -1,0 +1,42 @@
+"""From a run's ``Config`` to a ``Learner``: the algorithm from the table, and the narrow
+``UpdateConfig`` of what the learner reads (the rollout layout is turned into Dr.GRPO's response
+budget here, so the learner never sees it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamrl.train.algorithms import make_algorithm
+from streamrl.train.algorithms.base import Setup
+from streamrl.train.config import Config
+from streamrl.train.learner import Learner, UpdateConfig
+
+
+def update_config(config: Config) -> UpdateConfig:
+    rollout = config.rollout
+    return UpdateConfig(
+        loss=config.algo,
+        optim=config.optim,
+        reward=config.reward,
+        temperature=rollout.temperature,
+        seed=config.train.seed,
+        gradient_checkpointing=config.model.gradient_checkpointing,
+        max_new_tokens=rollout.max_new_tokens,
+        # a per-step row holds one response; a full-history row all of an episode's turns
+        turns_per_row=1 if rollout.layout == "per_step" else rollout.max_turns,
+    )
+
+
+def make_learner(
+    config: Config, policy: Any, reference: Any | None = None, reward_range: tuple[float, float] = (0.0, 1.0)
+) -> Learner:
+    """``reward_range``: the environment's, before ``reward.scale``."""
+    scale = config.reward.scale
+    setup = Setup(
+        policy=policy,
+        reward=config.reward,
+        reward_range=(reward_range[0] * scale, reward_range[1] * scale),
+        optim=config.optim,
+        gradient_checkpointing=config.model.gradient_checkpointing,
+    )
+    return Learner(make_algorithm(config.algo, setup), update_config(config), policy, reference)
