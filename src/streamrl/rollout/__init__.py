@@ -11,6 +11,8 @@ Pieces, bottom up:
   ``run_episodes`` plays a fixed task list once each (evaluation).
 * ``Rollout`` + ``RolloutSettings``: ``mode="stream"`` (single-stream, first-finished) or
   ``mode="group"`` (GRPO groups behind a barrier), with admission bounded by ``max_staleness``.
+* ``make_backend`` -> ``LocalBackend`` (episodes in this process) or ``RayBackend`` (Ray actors,
+  each with its own engine and environments, built from a ``WorkerSpec``; ``ray_backend.py``).
 * ``PromptSource`` (implemented by the trainer; ``UniformPromptSource`` is the default) and
   ``DispatchMeta``: which prompt to run next and what to freeze when it is dispatched.
 * ``admission_capacity`` / ``sample_lag`` / ``is_stale``: the staleness rules, as pure functions.
@@ -51,7 +53,9 @@ Evaluation, outside the training stream::
 ``streamrl.policy.scripted`` has a scripted engine and a character-level codec for dry runs.
 """
 
-from streamrl.rollout.dispatcher import DeadEnvironmentError, Rollout, RolloutError, RolloutSettings, RolloutStalledError
+from streamrl.rollout.backend import EpisodeBackend, LocalBackend, WorkerSpec, make_backend
+from streamrl.rollout.dispatcher import Rollout
+from streamrl.rollout.settings import DeadEnvironmentError, RolloutError, RolloutSettings, RolloutStalledError
 from streamrl.rollout.episode import EpisodeRunner, EpisodeSettings
 from streamrl.rollout.evaluate import run_episodes
 from streamrl.rollout.events import EventLog, read_events, replay
@@ -78,10 +82,12 @@ __all__ = [
     "DispatchMeta",
     "DispatchRecord",
     "EndReason",
+    "EpisodeBackend",
     "EpisodeRunner",
     "EpisodeSettings",
     "EventLog",
     "Layout",
+    "LocalBackend",
     "PromptSource",
     "Rollout",
     "RolloutError",
@@ -92,9 +98,11 @@ __all__ = [
     "Trajectory",
     "Turn",
     "UniformPromptSource",
+    "WorkerSpec",
     "admission_capacity",
     "full_history_sample",
     "is_stale",
+    "make_backend",
     "per_step_samples",
     "read_events",
     "replay",

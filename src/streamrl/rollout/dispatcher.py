@@ -9,6 +9,10 @@ One dispatcher serves both modes on the same code path:
   a group is delivered once all its members finished (the barrier), or partially once
   ``group_timeout_s`` has passed (stragglers are cancelled and discarded).
 
+Where an episode is played is the backend's business (``backend.py``: this process, or Ray actors
+with ``ray_backend.py``); the dispatcher hands it frozen dispatch records and logs which worker
+returned each trajectory.
+
 Admission (``staleness.admission_capacity``) bounds how far dispatches run ahead of the learner's
 published version; with ``max_staleness=0`` group mode is exactly synchronous RL.
 """
@@ -20,105 +24,25 @@ import random
 import time
 import warnings
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 from streamrl.envs.base import ActionParser, AsyncEnv, Env, PromptBuilder
 from streamrl.policy.api import ChatCodec, InferenceEngine
+from streamrl.rollout.backend import EpisodeBackend, LocalBackend
 from streamrl.rollout.collect import Group, GroupBuffer, StreamBuffer
-from streamrl.rollout.env_pool import EnvPool
-from streamrl.rollout.episode import EpisodeRunner, EpisodeSettings
 from streamrl.rollout.events import EventLog
+from streamrl.rollout.settings import DeadEnvironmentError, RolloutError, RolloutSettings, RolloutStalledError
 from streamrl.rollout.sources import DispatchMeta, PromptSource
 from streamrl.rollout.staleness import admission_capacity, is_stale, sample_lag
 from streamrl.rollout.trajectory import ENV_FAULT_END_REASONS, DispatchRecord, Trajectory, env_seed
 
-Mode = Literal["stream", "group"]
 STATE_FORMAT = 1
 _STATE_KEYS = (
     "format", "mode", "group_size", "dispatch_seq", "group_seq", "admitted", "start_version", "learner_version",
     "batches_delivered", "event_seq", "end_reasons", "finished_ids", "rng", "inflight", "buffer",
 )
-
-
-class RolloutError(RuntimeError):
-    """The rollout stopped: a prompt-source call failed, or it was closed."""
-
-
-class RolloutStalledError(RolloutError):
-    """Nothing is in flight and nothing may be dispatched, so the requested batch cannot fill."""
-
-
-class DeadEnvironmentError(RolloutError):
-    """Episode after episode ended in an environment error: training on would learn nothing."""
-
-
-@dataclass(frozen=True)
-class RolloutSettings:
-    """How the rollout dispatches and delivers; every field is checked on construction."""
-
-    mode: Mode = "stream"
-    #: episodes in flight at most (slots); also the size of the environment thread pool
-    concurrency: int = 8
-    #: trajectories per learner batch (the unit of the admission bound)
-    batch_size: int = 8
-    #: group mode: rollouts per prompt
-    group_size: int = 1
-    #: group mode: deliver a group partially this long after its dispatch; None waits forever
-    group_timeout_s: float | None = None
-    #: versions a sample may lag the learner; bounds admission and flags excluded_from_loss.
-    #: None disables both
-    max_staleness: int | None = 4
-    #: dispatch units (episodes, or groups in group mode) in flight per prompt
-    per_prompt_inflight: int = 1
-    #: seeds prompt selection and the per-episode environment seeds
-    seed: int = 0
-    request_prefix: str = "req"
-    #: how long close() waits for environment threads and closers
-    shutdown_timeout_s: float = 5.0
-    #: the rollout stops with ``DeadEnvironmentError`` after this many episodes in a row ended in
-    #: an environment fault (env_error, env_timeout), or a batch holds nothing else; None: batch_size
-    max_env_faults_in_row: int | None = None
-    #: names the environment in that error
-    env_name: str = "environment"
-    episode: EpisodeSettings = field(default_factory=EpisodeSettings)
-
-    def __post_init__(self) -> None:
-        def fail(name: str, problem: str) -> None:
-            raise ValueError(f"RolloutSettings.{name} {problem}")
-
-        if self.mode not in ("stream", "group"):
-            fail("mode", f"must be 'stream' or 'group', got {self.mode!r}")
-        for name in ("concurrency", "batch_size", "group_size", "per_prompt_inflight"):
-            if getattr(self, name) < 1:
-                fail(name, f"must be >= 1, got {getattr(self, name)}")
-        if self.mode == "stream" and self.group_size != 1:
-            fail("group_size", f"applies to mode='group' only (got {self.group_size} with mode='stream')")
-        if self.mode == "stream" and self.group_timeout_s is not None:
-            fail("group_timeout_s", "applies to mode='group' only")
-        if self.mode == "group":
-            if self.batch_size % self.group_size:
-                fail("batch_size", f"({self.batch_size}) must be a multiple of group_size ({self.group_size})")
-            if self.concurrency < self.group_size:
-                fail("concurrency", f"({self.concurrency}) must be >= group_size ({self.group_size})")
-        if self.group_timeout_s is not None and self.group_timeout_s <= 0:
-            fail("group_timeout_s", f"must be > 0 or None, got {self.group_timeout_s}")
-        if self.max_staleness is not None and self.max_staleness < 0:
-            fail("max_staleness", f"must be >= 0 or None, got {self.max_staleness}")
-        if self.shutdown_timeout_s <= 0:
-            fail("shutdown_timeout_s", f"must be > 0, got {self.shutdown_timeout_s}")
-        if self.max_env_faults_in_row is not None and self.max_env_faults_in_row < 1:
-            fail("max_env_faults_in_row", f"must be >= 1 or None, got {self.max_env_faults_in_row}")
-
-    @property
-    def unit(self) -> int:
-        """Episodes per dispatch."""
-        return self.group_size if self.mode == "group" else 1
-
-    @property
-    def env_fault_limit(self) -> int:
-        return self.max_env_faults_in_row or self.batch_size
 
 
 @dataclass
@@ -129,14 +53,17 @@ class _InFlight:
 
 
 class Rollout:
-    """Asynchronous rollout over a prompt source, an environment factory and an engine.
+    """Asynchronous rollout over a prompt source and a backend that plays the episodes.
+
+    The backend is ``LocalBackend`` over ``engine``, ``env_factory``, ``parser``, ``prompt_builder``
+    and ``codec`` unless one is given (``backend.make_backend``: ``RayBackend`` plays on Ray actors).
 
     The trainer calls ``await next_batch()`` to receive trajectories, ``publish(version)`` after
     each optimiser step (having called ``engine.update_weights`` itself), ``state_dict()`` when it
     checkpoints, and ``await close()`` at the end (or uses ``async with``).
 
-    Versions: the learner's steps are counted from ``engine.version`` at construction (restored by
-    ``load_state_dict``). A trajectory's ``lag`` is set when it is delivered: the learner version
+    Versions: the learner's steps are counted from the backend's version at construction (restored
+    by ``load_state_dict``). A trajectory's ``lag`` is set when it is delivered: the learner version
     then, minus the version behind its oldest turn. The rollout does not own the engine and never
     closes it.
     """
@@ -144,20 +71,27 @@ class Rollout:
     def __init__(
         self,
         *,
-        engine: InferenceEngine,
-        env_factory: Callable[[], Env | AsyncEnv],
-        parser: ActionParser,
-        prompt_builder: PromptBuilder,
-        codec: ChatCodec,
         source: PromptSource,
         settings: RolloutSettings | None = None,
         event_log: str | Path | None = None,
+        backend: EpisodeBackend | None = None,
+        engine: InferenceEngine | None = None,
+        env_factory: Callable[[], Env | AsyncEnv] | None = None,
+        parser: ActionParser | None = None,
+        prompt_builder: PromptBuilder | None = None,
+        codec: ChatCodec | None = None,
     ):
         self.settings = settings or RolloutSettings()
-        self.engine = engine
         self.source = source
-        self._runner = EpisodeRunner(engine, codec, parser, prompt_builder, self.settings.episode)
-        self._envs = EnvPool(env_factory, self.settings.concurrency, call_timeout_s=self.settings.episode.env_timeout_s)
+        if backend is None:
+            parts = {"engine": engine, "env_factory": env_factory, "parser": parser, "prompt_builder": prompt_builder,
+                     "codec": codec}
+            missing = [name for name, value in parts.items() if value is None]
+            if missing:
+                raise TypeError(f"Rollout: without a backend, pass {', '.join(missing)}")
+            backend = LocalBackend(engine, codec, env_factory, parser, prompt_builder, self.settings.episode,
+                                   self.settings.concurrency)
+        self.backend = backend
         self._log = EventLog(event_log)
         self._buffer: StreamBuffer | GroupBuffer = (
             GroupBuffer(self.settings.group_size) if self.settings.mode == "group" else StreamBuffer()
@@ -167,7 +101,7 @@ class Rollout:
         self._dispatch_seq = 0
         self._group_seq = 0
         self._admitted = 0  # dispatched minus discarded stragglers
-        self._start_version = self._learner_version = engine.version
+        self._start_version = self._learner_version = backend.version
         self._batches = 0
         self._end_reasons: Counter[str] = Counter()
         self._finished_ids: set[str] = set()
@@ -178,6 +112,7 @@ class Rollout:
         self._prompt_load: Counter[str] = Counter()
         self._group_timers: dict[str, asyncio.TimerHandle] = {}
         self._dispatcher: asyncio.Task | None = None
+        self._start_lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._arrived = asyncio.Event()
         self._error: BaseException | None = None
@@ -190,10 +125,14 @@ class Rollout:
 
     async def start(self) -> None:
         """Start dispatching (``next_batch`` starts it on first use). Re-issues restored requests."""
-        if self._closed:
-            raise RolloutError("the rollout is closed")
-        if self._dispatcher is not None:
-            return
+        async with self._start_lock:  # the backend starts once, whoever asks first
+            if self._closed:
+                raise RolloutError("the rollout is closed")
+            if self._dispatcher is None:
+                await self.backend.start(self._log.write)
+                self._begin()
+
+    def _begin(self) -> None:
         self._started_at = time.monotonic()
         if isinstance(self._buffer, GroupBuffer):
             for group in self._buffer.open_groups():
@@ -248,6 +187,7 @@ class Rollout:
         if not isinstance(version, int) or version < self._learner_version:
             raise ValueError(f"publish: version must be an int >= {self._learner_version}, got {version!r}")
         self._learner_version = version
+        self.backend.publish(version)
         self.source.on_publish(version)
         self._log.write("publish", version=version)
         self._wake.set()
@@ -287,7 +227,7 @@ class Rollout:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        stuck = await self._envs.close(self.settings.shutdown_timeout_s)
+        stuck = await self.backend.close(self.settings.shutdown_timeout_s)
         if stuck:
             warnings.warn(f"rollout closed with {len(stuck)} environment call(s) still running: {stuck}", stacklevel=2)
         self._log.close()
@@ -420,7 +360,7 @@ class Rollout:
             request_id=f"{self.settings.request_prefix}-{seq}",
             prompt_id=prompt_id,
             seq=seq,
-            policy_version=self.engine.version,
+            policy_version=self.backend.version,
             group_id=group_id,
             z=meta.z,
             baseline=meta.baseline,
@@ -457,9 +397,9 @@ class Rollout:
         started = time.monotonic()
         finished = False
         try:
-            trajectory = await self._runner.run_leased(self._envs, record)
+            trajectory, worker = await self.backend.play(record)
             self._inflight.pop(record.request_id, None)
-            self._on_finished(trajectory)
+            self._on_finished(trajectory, worker)
             finished = True
         except Exception as error:  # a bug in the rollout itself: stop and tell the learner
             self._fail(error)
@@ -472,7 +412,7 @@ class Rollout:
                 self._log.write("discard", request_id=record.request_id, group_id=record.group_id)
             self._wake.set()
 
-    def _on_finished(self, trajectory: Trajectory) -> None:
+    def _on_finished(self, trajectory: Trajectory, worker: str) -> None:
         request_id = trajectory.request_id
         if request_id in self._finished_ids:
             self._log.write("duplicate", request_id=request_id)
@@ -503,6 +443,7 @@ class Rollout:
             turn_versions=trajectory.turn_versions,
             learner_version=self._learner_version,
             duration_s=trajectory.duration_s,
+            worker=worker,
         )
         try:
             self.source.on_result(trajectory)

@@ -27,6 +27,7 @@ EndReason = Literal[
     "engine_timeout",  # generate did not return within the timeout
     "engine_abort",  # the engine aborted the request
     "parser_error",  # the action parser raised (it must not; recorded, not propagated)
+    "worker_lost",  # the rollout worker playing it died (or hung) on every attempt
 ]
 END_REASONS: tuple[str, ...] = get_args(EndReason)
 

@@ -14,11 +14,13 @@ from typing import Any
 
 import torch
 
-from streamrl.envs import make, make_parser, make_prompt_builder
-from streamrl.policy.engine import HFEngine
+from streamrl.envs import make
+from streamrl.policy.api import InferenceEngine
+from streamrl.policy.engines import make_engine
 from streamrl.rollout import Rollout, RolloutSettings
 from streamrl.rollout.evaluate import run_episodes
 from streamrl.train.assemble import make_learner
+from streamrl.train.backends import rollout_backend
 from streamrl.train.config import Config
 from streamrl.train.errors import TrainingError
 from streamrl.train.resources import check_resources
@@ -62,7 +64,7 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
     algorithm = learner.algorithm
     run = RunState.initial() if state is None else ws.load_learner(state, learner)
     torch.set_num_threads(learner_threads)
-    engine = HFEngine.from_policy(policy, version=run.version, seed=config.train.seed, threads=engine_threads)
+    engine = make_engine(config.model.engine, policy, version=run.version, seed=config.train.seed, threads=engine_threads)
 
     if state is None and algorithm.warm_start is not None:  # a fresh run: initialised by the initial policy
         note = await algorithm.warm_start(pool, functools.partial(play_episodes, config, engine, policy))
@@ -81,11 +83,7 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
         echo(f"eval before RL: success {summary['eval_before']['success']:.3f}")
 
     rollout = Rollout(
-        engine=engine,
-        env_factory=lambda: make(config.env.name, **config.env.options),
-        parser=make_parser(config.env.name, **config.env.parser),
-        prompt_builder=make_prompt_builder(config.env.name, **config.env.prompt),
-        codec=policy,
+        backend=rollout_backend(config, episode_settings(config), engine, policy, engine_threads),
         source=algorithm.prompt_source(pool),
         settings=RolloutSettings(
             mode=algorithm.rollout_mode, concurrency=config.rollout.concurrency, batch_size=config.train.batch_size,
@@ -130,7 +128,7 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
     return summary
 
 
-async def play_episodes(config: Config, engine: HFEngine, policy: Any, prompt_ids: list[str], request_prefix: str) -> list[Any]:
+async def play_episodes(config: Config, engine: InferenceEngine, policy: Any, prompt_ids: list[str], request_prefix: str) -> list[Any]:
     """One episode per prompt id with the training episode settings, outside the rollout stream
     (what an algorithm's ``warm_start`` plays)."""
     return await run_episodes(

@@ -1,0 +1,138 @@
+"""Where episodes are played: the dispatcher decides *what* runs, a backend *where*.
+
+``LocalBackend`` plays in this process, against the trainer's own engine (the trainer updates its
+weights; ``publish`` has nothing to ship). ``RayBackend`` (``ray_backend.py``) plays on Ray actors,
+each owning an engine and its environments, built in the actor's process from a ``WorkerSpec``.
+Either way the dispatcher's semantics are the same: it hands a backend a frozen ``DispatchRecord``
+and gets back the ``Trajectory`` plus the name of the worker that played it (for the event log).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Protocol
+
+from streamrl.envs import make, make_parser, make_prompt_builder
+from streamrl.envs.base import ActionParser, AsyncEnv, Env, PromptBuilder
+from streamrl.policy.api import ChatCodec, InferenceEngine
+from streamrl.rollout.env_pool import EnvPool
+from streamrl.rollout.episode import EpisodeRunner, EpisodeSettings
+from streamrl.rollout.trajectory import DispatchRecord, Trajectory
+
+BackendKind = Literal["local", "ray"]
+#: ``log(event, **fields)``: the dispatcher's event log, for what a backend observes (lost workers)
+EventSink = Callable[..., Any]
+
+
+class EpisodeBackend(Protocol):
+    """What the dispatcher needs from a place that plays episodes."""
+
+    @property
+    def version(self) -> int:
+        """The newest policy version episodes dispatched now are played with."""
+        ...
+
+    async def start(self, log: EventSink) -> None: ...
+
+    async def play(self, record: DispatchRecord) -> tuple[Trajectory, str]:
+        """Play ``record``'s episode; returns it and the worker's name. Only cancellation raises."""
+        ...
+
+    def publish(self, version: int) -> None:
+        """The learner published ``version``: make it reach the engines that play episodes."""
+        ...
+
+    async def close(self, timeout_s: float) -> list[str]:
+        """Stop everything; returns the names of environment calls still running after ``timeout_s``."""
+        ...
+
+
+class LocalBackend:
+    """Episodes in this process: one ``EpisodeRunner`` over ``engine``, environments leased from an
+    ``EnvPool`` of ``concurrency`` threads. The engine belongs to the trainer, which updates it."""
+
+    def __init__(
+        self,
+        engine: InferenceEngine,
+        codec: ChatCodec,
+        env_factory: Callable[[], Env | AsyncEnv],
+        parser: ActionParser,
+        prompt_builder: PromptBuilder,
+        settings: EpisodeSettings,
+        concurrency: int,
+    ):
+        self.engine = engine
+        self._runner = EpisodeRunner(engine, codec, parser, prompt_builder, settings)
+        self._envs = EnvPool(env_factory, concurrency, call_timeout_s=settings.env_timeout_s)
+
+    @property
+    def version(self) -> int:
+        return self.engine.version
+
+    async def start(self, log: EventSink) -> None:
+        return None
+
+    async def play(self, record: DispatchRecord) -> tuple[Trajectory, str]:
+        return await self._runner.run_leased(self._envs, record), "local"
+
+    def publish(self, version: int) -> None:
+        return None  # the trainer called engine.update_weights itself
+
+    async def close(self, timeout_s: float) -> list[str]:
+        return await self._envs.close(timeout_s)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a rollout worker builds in its own process; picklable, so Ray can ship it anywhere.
+
+    ``model`` holds ``streamrl.policy.load_policy`` arguments: the worker builds the policy (its
+    tokeniser, chat codec and architecture) and an engine over it, then receives the trainer's
+    weights through Ray's object store before its first episode.
+    """
+
+    model: dict[str, Any]
+    env: str
+    env_options: dict[str, Any] = field(default_factory=dict)
+    parser_options: dict[str, Any] = field(default_factory=dict)
+    prompt_options: dict[str, Any] = field(default_factory=dict)
+    episode: EpisodeSettings = field(default_factory=EpisodeSettings)
+    #: "hf" or "vllm" (``streamrl.policy.engines.make_engine``)
+    engine: str = "hf"
+    #: torch threads of a worker's engine
+    engine_threads: int | None = 1
+    #: Ray CPUs each worker reserves
+    worker_cpus: float = 1.0
+    seed: int = 0
+
+    def make_env(self) -> Env | AsyncEnv:
+        return make(self.env, **self.env_options)
+
+    def make_parser(self) -> ActionParser:
+        return make_parser(self.env, **self.parser_options)
+
+    def make_prompt_builder(self) -> PromptBuilder:
+        return make_prompt_builder(self.env, **self.prompt_options)
+
+
+def make_backend(
+    kind: BackendKind,
+    spec: WorkerSpec,
+    *,
+    concurrency: int,
+    engine: InferenceEngine,
+    codec: ChatCodec,
+    weights: Callable[[], dict[str, Any]],
+    workers: int = 1,
+) -> EpisodeBackend:
+    """The backend of ``rollout.backend``: ``local`` plays on ``engine`` in this process; ``ray``
+    starts ``workers`` actors built from ``spec``, serving ``weights()`` (read at start and at each
+    publish, put into the object store once per version) from ``engine.version`` on."""
+    if kind == "local":
+        return LocalBackend(engine, codec, spec.make_env, spec.make_parser(), spec.make_prompt_builder(), spec.episode,
+                            concurrency)
+    if kind == "ray":
+        from streamrl.rollout.ray_backend import RayBackend
+
+        return RayBackend(spec, workers=workers, concurrency=concurrency, weights=weights, version=engine.version)
+    raise ValueError(f"rollout.backend must be 'local' or 'ray', got {kind!r}")

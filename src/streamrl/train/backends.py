@@ -1,0 +1,30 @@
+"""The rollout backend a configuration asks for (``rollout.backend``, ``rollout.workers``,
+``model.engine``): the local one over the trainer's engine, or Ray workers built from a spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamrl.policy.api import InferenceEngine
+from streamrl.rollout import EpisodeBackend, EpisodeSettings, WorkerSpec, make_backend
+from streamrl.train.config import Config
+
+
+def worker_spec(config: Config, episode: EpisodeSettings, engine_threads: int | None) -> WorkerSpec:
+    """What a Ray worker builds: the policy's architecture and tokeniser (its weights come from the
+    trainer, LoRA merged), its engine and the environment with its parser and prompt builder."""
+    model, env = config.model, config.env
+    return WorkerSpec(
+        model={"spec": model.init_from or model.spec, "dtype": model.dtype, "device": model.device,
+               "threads": engine_threads, "seed": config.train.seed, "model_overrides": model.overrides or None},
+        env=env.name, env_options=env.options, parser_options=env.parser, prompt_options=env.prompt,
+        episode=episode, engine=model.engine, engine_threads=engine_threads, seed=config.train.seed,
+    )
+
+
+def rollout_backend(config: Config, episode: EpisodeSettings, engine: InferenceEngine, policy: Any,
+                    engine_threads: int | None) -> EpisodeBackend:
+    return make_backend(
+        config.rollout.backend, worker_spec(config, episode, engine_threads), concurrency=config.rollout.concurrency,
+        engine=engine, codec=policy, weights=policy.state_dict_for_engine, workers=config.rollout.workers,
+    )
