@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from streamrl.policy.api import FinishReason, GenerationRequest, GenerationResult
-from streamrl.policy.kv_cache import PrefillCache, SlabCache
-from streamrl.policy.modeling import cache_argument, decoder_and_head, position_ids_from_mask
+from streamrl.policy.kv_cache import PrefillCache, PrefixStore, SlabCache
+from streamrl.policy.modeling import cache_argument, decoder_and_head
 from streamrl.policy.sampling import sample_next
 
 Deliver = Callable[[GenerationResult], None]
@@ -38,6 +38,7 @@ class _Row:
     logprobs: list[float] = field(default_factory=list)
     slot: int = -1
     next_position: int = 0  # position id of the last sampled token, fed at the next step
+    prefix: Any = None  # (length, keys, values) of a reused prompt prefix (PrefixStore.take)
     cancelled: bool = False
     delivered: bool = False
 
@@ -53,6 +54,7 @@ class DecodeLoop:
         banned_token_ids: Sequence[int] = (),
         max_batch_size: int = 64,
         prefill_token_budget: int = 8192,
+        prefix_cache_tokens: int = 1 << 16,
         seed: int = 0,
     ):
         if max_batch_size < 1:
@@ -76,10 +78,22 @@ class DecodeLoop:
         self.num_layers = config.num_hidden_layers
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.rows: dict[int, _Row] = {}  # slot -> row
-        self.version = 0
-        self.stats = {"decode_steps": 0, "generated_tokens": 0, "prefill_tokens": 0, "slot_steps": 0}
+        self.prefixes = PrefixStore(prefix_cache_tokens)
+        self._version = 0
+        self.stats = {"decode_steps": 0, "generated_tokens": 0, "prefill_tokens": 0, "reused_tokens": 0, "slot_steps": 0}
 
     # -- public ------------------------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @version.setter
+    def version(self, version: int) -> None:
+        # kept prefixes were computed with the old weights: reusing them would mix versions
+        if version != self._version:
+            self.prefixes.clear()
+        self._version = version
 
     @property
     def live(self) -> int:
@@ -106,6 +120,7 @@ class DecodeLoop:
             else:
                 rows.append(row)
         try:
+            self._reuse_prefixes(rows)
             if rows:  # one re-layout for the whole admission, not one per prefill group
                 self._make_room(len(rows), max(len(r.request.prompt_ids) for r in rows))
             for group in self._prefill_groups(rows):
@@ -147,13 +162,13 @@ class DecodeLoop:
     # -- prefill ---------------------------------------------------------------------------------
 
     def _prefill_groups(self, rows: list[_Row]) -> list[list[_Row]]:
-        """Rows sorted by prompt length, cut into groups with little padding and bounded size."""
+        """Rows sorted by new-token count, cut into groups with little padding and bounded size."""
         groups: list[list[_Row]] = []
-        for row in sorted(rows, key=lambda r: len(r.request.prompt_ids)):
-            length = len(row.request.prompt_ids)
+        for row in sorted(rows, key=_new_tokens):
+            length = _new_tokens(row)
             if groups:
                 group = groups[-1]
-                real = sum(len(r.request.prompt_ids) for r in group) + length
+                real = sum(map(_new_tokens, group)) + length
                 padded = length * (len(group) + 1)  # sorted: the new row is the longest
                 if padded <= self.prefill_token_budget and padded - real <= MAX_PADDING_SHARE * padded:
                     group.append(row)
@@ -161,32 +176,50 @@ class DecodeLoop:
             groups.append([row])
         return groups
 
+    def _reuse_prefixes(self, rows: list[_Row]) -> None:
+        """Give each row the longest kept prefix of its prompt (one per distinct prompt: identical
+        prompts are prefilled once and must agree on what is reused)."""
+        taken: dict[tuple[int, ...], Any] = {}
+        for row in rows:
+            prompt = tuple(row.request.prompt_ids)
+            if prompt not in taken:
+                taken[prompt] = self.prefixes.take(row.request.prompt_ids)
+            row.prefix = taken[prompt]
+
     def _prefill(self, group: list[_Row]) -> None:
         """One forward over the group's distinct prompts (identical prompts, e.g. a GRPO group's,
-        are computed once), a first token per row, and the KV of continuing rows into slots."""
+        are computed once) after their reused prefixes, a first token per row, and the KV of
+        continuing rows into slots."""
         distinct: dict[tuple[int, ...], int] = {}
         source = [distinct.setdefault(tuple(r.request.prompt_ids), len(distinct)) for r in group]
-        prompts = list(distinct)
-        width = max(map(len, prompts))
-        input_ids = torch.zeros(len(prompts), width, dtype=torch.long)
-        attention = torch.zeros(len(prompts), width, dtype=torch.long)
-        for i, prompt in enumerate(prompts):  # left padding: every prompt ends at the last column
-            input_ids[i, width - len(prompt) :] = torch.tensor(prompt)
-            attention[i, width - len(prompt) :] = 1
-        causal = torch.ones(width, width, dtype=torch.bool).tril()
-        mask = (causal[None] & attention.bool()[:, None, :]) | torch.eye(width, dtype=torch.bool)[None]
-        cache = PrefillCache(self.num_layers)
+        firsts = {index: row for row, index in zip(group, source)}
+        reused = [firsts[i].prefix[0] if firsts[i].prefix else 0 for i in range(len(distinct))]
+        news = [list(prompt[n:]) for prompt, n in zip(distinct, reused)]
+        lengths = [len(prompt) for prompt in distinct]
+        queries, width = max(map(len, news)), max(lengths)
+        input_ids = torch.zeros(len(news), queries, dtype=torch.long)
+        for i, new in enumerate(news):  # left padding: every prompt ends at the last column
+            input_ids[i, queries - len(new) :] = torch.tensor(new)
+        # column c of row i holds prompt token c - start[i]; query j sits at column width - queries + j
+        start = torch.tensor([width - n for n in lengths])
+        query_columns = torch.arange(width - queries, width)
+        columns = torch.arange(width)
+        pad = query_columns[None, :] < (width - torch.tensor(list(map(len, news))))[:, None]
+        mask = (columns[None, None, :] >= start[:, None, None]) & (columns[None, None, :] <= query_columns[None, :, None])
+        mask |= columns[None, None, :] == query_columns[None, :, None]  # padding queries see one column
+        positions = (query_columns[None, :] - start[:, None]).clamp_min(0)
+        cache = PrefillCache(self.num_layers, self._past(firsts, reused, width, pad), pad.to(self.device))
         hidden = self.decoder(
             input_ids=input_ids.to(self.device),
             attention_mask=mask[:, None].to(self.device),
-            position_ids=position_ids_from_mask(attention).to(self.device),
+            position_ids=positions.to(self.device),
             use_cache=True,
             **{self._cache_arg: cache},
         ).last_hidden_state
         logits = self.head(hidden[:, -1])[torch.tensor(source, device=self.device)]
-        self.stats["prefill_tokens"] += sum(map(len, prompts))
-        lengths = [len(r.request.prompt_ids) for r in group]
-        continuing = self._sample_and_check(group, logits, positions=lengths)
+        self.stats["prefill_tokens"] += sum(map(len, news))
+        self.stats["reused_tokens"] += sum(reused)
+        continuing = self._sample_and_check(group, logits, positions=[len(r.request.prompt_ids) for r in group])
         if not continuing:
             return
         self._make_room(len(continuing), width)
@@ -201,6 +234,22 @@ class DecodeLoop:
             row.slot = slot
             self.rows[slot] = row
         self.slab.write_prefill(slots, kept, [len(r.request.prompt_ids) for r in continuing])
+
+    def _past(self, firsts: dict[int, _Row], reused: list[int], width: int, pad: torch.Tensor):
+        """The reused prefixes as ``PrefillCache``'s past (None when nothing is reused): row i's
+        prefix right before its new tokens, zeros elsewhere."""
+        if not any(reused):
+            return None
+        shape = (len(reused), self._slab_shape[1], width, self._slab_shape[2])
+        past = tuple([torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
+                     for _ in range(2))
+        for i, n in enumerate(reused):
+            if n:
+                end = width - int((~pad[i]).sum())
+                for side, tensors in enumerate(firsts[i].prefix[1:]):
+                    for layer, tensor in enumerate(tensors):
+                        past[side][layer][i, :, end - n : end] = tensor
+        return past
 
     # -- decode ----------------------------------------------------------------------------------
 
@@ -263,8 +312,22 @@ class DecodeLoop:
             if reason is None:
                 going.append(row)
             else:
+                self._keep_prefix(row)
                 self._finish(row, reason)
         return going
+
+    def _keep_prefix(self, row: _Row) -> None:
+        """Keep a finished row's KV (prompt and answer but its last token, never fed) for a
+        prompt that continues it."""
+        slot = row.slot
+        if self.rows.get(slot) is not row:  # finished at prefill: not in the slab
+            return
+        first, slab = int(self.slab.start[slot]), self.slab
+        self.prefixes.keep(
+            row.request.prompt_ids + row.tokens[:-1],
+            [k[slot, :, first : slab.end].clone() for k in slab.keys],
+            [v[slot, :, first : slab.end].clone() for v in slab.values],
+        )
 
     def _finish_reason(self, row: _Row) -> FinishReason | None:
         sampling = row.request.sampling
@@ -360,3 +423,8 @@ class DecodeLoop:
         if sampling.max_new_tokens < 0:
             return f"max_new_tokens must be >= 0, got {sampling.max_new_tokens}"
         return None
+
+
+def _new_tokens(row: _Row) -> int:
+    """Prompt tokens ``row`` must prefill: those after its reused prefix."""
+    return len(row.request.prompt_ids) - (row.prefix[0] if row.prefix else 0)

@@ -3,8 +3,10 @@
 Many coroutines call ``generate`` at once; requests queue up and one worker thread runs the model,
 so the event loop never blocks on a forward pass (torch releases the GIL). The worker drives a
 ``DecodeLoop``: continuous batching over a slot-major KV slab, requests admitted into free slots
-between decode steps, logits only at the last position, our own sampling with behaviour log-probs
-and banned ids (SAPO value tokens) masked out. Results come back to each caller's event loop.
+between decode steps, the KV of finished sequences kept so a prompt that extends one (a
+full-history episode's next turn) prefills only its new tokens, logits only at the last position,
+our own sampling with behaviour log-probs and banned ids (SAPO value tokens) masked out. Results
+come back to each caller's event loop.
 
 Weights: the engine owns its own model copy (``Policy.inference_model``), so a learner can keep
 training its model. ``update_weights`` copies the new tensors at once (the caller may modify its
@@ -52,6 +54,8 @@ class HFEngine:
         banned_token_ids: never sampled (SAPO value tokens, vocabulary padding).
         max_batch_size: rows decoded together at most.
         prefill_token_budget: most (padded) prompt tokens in one prefill forward.
+        prefix_cache_tokens: most tokens of finished sequences whose KV is kept, so that a prompt
+            extending one (the next turn of a full-history episode) prefills only its new tokens.
         version: the policy version of ``model``'s weights.
         seed: seeds sampling for requests without their own ``SamplingParams.seed``.
         threads: torch intra-op threads of the worker thread only (OpenMP keeps the setting per
@@ -71,6 +75,7 @@ class HFEngine:
         banned_token_ids: Sequence[int] = (),
         max_batch_size: int = 64,
         prefill_token_budget: int = 8192,
+        prefix_cache_tokens: int = 1 << 16,
         version: int = 0,
         seed: int = 0,
         threads: int | None = None,
@@ -90,6 +95,7 @@ class HFEngine:
             banned_token_ids=banned_token_ids,
             max_batch_size=max_batch_size,
             prefill_token_budget=prefill_token_budget,
+            prefix_cache_tokens=prefix_cache_tokens,
             seed=seed,
         )
         self._decode_loop.version = version

@@ -75,15 +75,75 @@ def register_engine_attention() -> None:
 
 
 class PrefillCache:
-    """Collects each layer's keys/values of one prefill forward (nothing cached before it)."""
+    """Collects each layer's keys/values of one prefill forward, after a reused prefix.
 
-    def __init__(self, num_layers: int):
+    ``past`` (optional): per layer ``[B, H_kv, W, D]`` keys and values of the rows' reused prefixes,
+    laid out so each row's prefix ends where its (left-padded) new tokens begin; the forward's new
+    tokens take the last ``Q`` columns, except at padding positions (``pad [B, Q]`` True), which
+    keep the prefix columns there. Without a past, the columns are just the new tokens'.
+    """
+
+    def __init__(self, num_layers: int, past: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None,
+                 pad: torch.Tensor | None = None):
         self.keys: list[torch.Tensor | None] = [None] * num_layers
         self.values: list[torch.Tensor | None] = [None] * num_layers
+        self._past, self._pad = past, pad
 
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any):
+        if self._past is not None:
+            key, value = (self._join(past[layer_idx], new) for past, new in zip(self._past, (key, value)))
         self.keys[layer_idx], self.values[layer_idx] = key, value
         return key, value
+
+    def _join(self, past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        width = new.shape[2]
+        tail = torch.where(self._pad[:, None, :, None], past[:, :, -width:], new.to(past.dtype))
+        return torch.cat([past[:, :, :-width], tail], dim=2)
+
+
+class PrefixStore:
+    """KV of finished sequences, kept so a later prompt that extends one (the next turn of a
+    full-history episode: transcript + bridge + observation) prefills only its new tokens.
+
+    Least recently kept entries go first once more than ``budget`` tokens are held; an entry is
+    taken (removed) by the prompt that reuses it. Keys and values are ``[H_kv, n, D]`` per layer.
+    """
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self.held = 0
+        self._entries: dict[tuple[int, ...], tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+        self._lengths: dict[int, int] = {}  # prefix length -> entries of that length
+
+    def keep(self, tokens: list[int], keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        key = tuple(tokens)
+        if not key or len(key) > self.budget or key in self._entries:
+            return
+        self._entries[key] = (keys, values)
+        self._lengths[len(key)] = self._lengths.get(len(key), 0) + 1
+        self.held += len(key)
+        while self.held > self.budget:
+            self._drop(next(iter(self._entries)))
+
+    def take(self, prompt: list[int]) -> tuple[int, list[torch.Tensor], list[torch.Tensor]] | None:
+        """The longest kept prefix of ``prompt`` that leaves at least one new token, removed."""
+        for length in sorted((n for n in self._lengths if n < len(prompt)), reverse=True):
+            key = tuple(prompt[:length])
+            if key in self._entries:
+                keys, values = self._entries[key]
+                self._drop(key)
+                return length, keys, values
+        return None
+
+    def clear(self) -> None:
+        self._entries, self._lengths, self.held = {}, {}, 0
+
+    def _drop(self, key: tuple[int, ...]) -> None:
+        del self._entries[key]
+        self.held -= len(key)
+        self._lengths[len(key)] -= 1
+        if not self._lengths[len(key)]:
+            del self._lengths[len(key)]
 
 
 class SlabCache:
