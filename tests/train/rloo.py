@@ -8,9 +8,9 @@ from typing import Any, Literal
 
 import torch
 
-from streamrl.rollout import PromptSource, Trajectory, UniformPromptSource
+from streamrl.rollout import PromptSource, UniformPromptSource
 from streamrl.train.algo_config import GroupConfig
-from streamrl.train.algorithms.base import Prepared, Setup
+from streamrl.train.algorithms.base import Prepared, Setup, Stateless
 from streamrl.train.batch import Batch
 
 
@@ -28,7 +28,7 @@ def leave_one_out(rewards: torch.Tensor, groups: list[str]) -> torch.Tensor:
     return torch.where(sizes[index] > 1, rewards - (sums[index] - rewards) / others, torch.zeros_like(rewards))
 
 
-class RLOO:
+class RLOO(Stateless):
     rollout_mode = "group"
     needs_old_pass = reads_values = measures_drift = False
     critic = warm_start = auxiliary_loss = None
@@ -42,12 +42,3 @@ class RLOO:
     def advantages(self, batch: Batch, old: Any, step: int) -> Prepared:
         adv = leave_one_out(batch.outcomes(), [t.group_id or t.request_id for t in batch.trajectories])
         return Prepared(turn_advantages=adv[batch.turns.trajectory], metrics={"adv_abs_mean": float(adv.abs().mean())})
-
-    def after_update(self, delivered: list[Trajectory], drift: float | None) -> dict[str, float]:
-        return {}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass

@@ -115,3 +115,17 @@ class Algorithm(Protocol):
         ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class Stateless:
+    """``after_update``, ``state_dict`` and ``load_state_dict`` of an algorithm that keeps nothing
+    across steps (its advantages depend on the batch alone, or on a critic the learner keeps)."""
+
+    def after_update(self, delivered: list[Trajectory], drift: float | None) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

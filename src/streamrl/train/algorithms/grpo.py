@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from streamrl.algos import grpo_advantages, grpo_group_stats
-from streamrl.rollout import PromptSource, Trajectory, UniformPromptSource
+from streamrl.rollout import PromptSource, UniformPromptSource
 from streamrl.train.algo_config import GRPOConfig
-from streamrl.train.algorithms.base import Prepared, Setup
+from streamrl.train.algorithms.base import Prepared, Setup, Stateless
 from streamrl.train.batch import Batch
 
 
-class GRPO:
+class GRPO(Stateless):
     rollout_mode = "group"
     needs_old_pass = reads_values = measures_drift = False
     critic = warm_start = auxiliary_loss = None
@@ -30,12 +30,3 @@ class GRPO:
         metrics = grpo_group_stats(rewards, groups)
         metrics["partial_groups"] = float(sum(t.partial_group for t in batch.trajectories))
         return Prepared(turn_advantages=adv[batch.turns.trajectory], metrics=metrics)
-
-    def after_update(self, delivered: list[Trajectory], drift: float | None) -> dict[str, float]:
-        return {}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass

@@ -12,14 +12,14 @@ from typing import Any
 import torch
 
 from streamrl.algos import advantage_stats, token_measure_whiten, turn_gae_batched, turn_normalize
-from streamrl.rollout import PromptSource, Trajectory, UniformPromptSource
+from streamrl.rollout import PromptSource, UniformPromptSource
 from streamrl.train.algo_config import PPOConfig
-from streamrl.train.algorithms.base import Prepared, Setup
+from streamrl.train.algorithms.base import Prepared, Setup, Stateless
 from streamrl.train.batch import Batch, bootstrap_values
 from streamrl.train.critic import CriticUpdater, ValueTargets
 
 
-class PPO:
+class PPO(Stateless):
     rollout_mode = "stream"
     group_size = 1
     # the critic, not the proximal policy, gives V_old: no old pass of its own
@@ -62,12 +62,3 @@ class PPO:
         metrics["value_mean"] = float(v_old.mean())
         targets = ValueTargets(v_old=v_old.float(), returns=turns.flat(returns).float())
         return Prepared(turn_advantages=adv, value_targets=targets, metrics=metrics)
-
-    def after_update(self, delivered: list[Trajectory], drift: float | None) -> dict[str, float]:
-        return {}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}  # the critic's tensors are checkpointed by the learner, with its optimiser's
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass

@@ -10,15 +10,14 @@ KL and entropy terms are summed and trained with one backward pass per micro-bat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from streamrl.algos import advantage_stats, sapo_advantages, sapo_targets, sapo_value_loss, value_readout, value_saturation_frac
 from streamrl.policy.scoring import ScoreOutput
-from streamrl.rollout import PromptSource, Trajectory, UniformPromptSource
+from streamrl.rollout import PromptSource, UniformPromptSource
 from streamrl.train.algo_config import SAPOConfig
-from streamrl.train.algorithms.base import Auxiliary, Prepared, Setup
+from streamrl.train.algorithms.base import Auxiliary, Prepared, Setup, Stateless
 from streamrl.train.batch import Batch, Counts, MicroBatch, bootstrap_values
 
 
@@ -34,7 +33,7 @@ class SAPOTargets:
     q_valid: torch.Tensor
 
 
-class SAPO:
+class SAPO(Stateless):
     rollout_mode = "stream"
     group_size = 1
     # advantages come from the model's own V_old and Q_old, read in the proximal pass
@@ -109,12 +108,3 @@ class SAPO:
         )
         loss = config.value_coef * value_loss + config.q_coef * q_loss
         return Auxiliary(loss, {"value_loss": float(value_loss.detach()), "q_loss": float(q_loss.detach())})
-
-    def after_update(self, delivered: list[Trajectory], drift: float | None) -> dict[str, float]:
-        return {}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
