@@ -48,7 +48,9 @@ def engine_attention(
             # them slowly, and copying first is faster (64 rows x 600 columns of SmolLM2: 358 vs
             # 521 ms per step); float32 matmul is faster strided (503 vs 677 ms), so it is left alone
             key, value = key.contiguous(), value.contiguous()
-        scores = torch.matmul(q, key.transpose(-1, -2)).float() * scale  # [B, H_kv, groups, k]
+        # einsum, not matmul against key.transpose: it runs the strided slab view ~2x faster
+        # (SmolLM2, 64 rows x 150 columns: 2.1 vs 4.8 ms per layer)
+        scores = torch.einsum("bhgd,bhkd->bhgk", q, key).float() * scale  # [B, H_kv, groups, k]
         if attention_mask is not None:
             scores = scores.masked_fill(~attention_mask.reshape(batch, 1, 1, -1), float("-inf"))
         probs = scores.softmax(-1).to(value.dtype)
