@@ -2,7 +2,9 @@
 
 Events: ``dispatch`` (request, prompt, group, version k, z, frozen baseline), ``reissue`` (an
 in-flight request restarted after a resume), ``result`` (arrival in first-finished order: end
-reason, outcome, per-turn versions), ``discard`` (a straggler cancelled undelivered), ``group``
+reason, outcome, per-turn versions, the worker that played it), ``worker`` (a Ray rollout worker
+started) and ``worker_lost`` (a worker died or hung with this request in flight; ``replayed``
+says whether it is played again under the same request id), ``discard`` (a straggler cancelled undelivered), ``group``
 (group mode: a group closed, complete or partial), ``deliver`` (one learner batch: its request
 ids in order, the learner version, each sample's lag and exclusion flag) and ``publish``.
 
@@ -18,7 +20,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from streamrl.rollout.trajectory import to_jsonable
+from streamrl.rollout.trajectory import DispatchRecord, Trajectory, to_jsonable
 
 
 class EventLog:
@@ -46,6 +48,21 @@ class EventLog:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def dispatch_fields(record: DispatchRecord) -> dict[str, Any]:
+    """What a ``dispatch`` event records of the request (the dispatcher adds its counters)."""
+    return {"request_id": record.request_id, "prompt_id": record.prompt_id, "group_id": record.group_id,
+            "dispatch_seq": record.seq, "policy_version": record.policy_version, "z": record.z,
+            "baseline": record.baseline}
+
+
+def result_fields(trajectory: Trajectory) -> dict[str, Any]:
+    """What a ``result`` event records of an arrived trajectory."""
+    return {"request_id": trajectory.request_id, "prompt_id": trajectory.prompt_id, "group_id": trajectory.group_id,
+            "end_reason": trajectory.end_reason, "outcome": trajectory.outcome, "turns": len(trajectory.turns),
+            "num_action_tokens": trajectory.num_action_tokens, "dispatch_version": trajectory.dispatch.policy_version,
+            "turn_versions": trajectory.turn_versions, "duration_s": trajectory.duration_s}
 
 
 def read_events(path: str | Path) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""The rollout's settings and the errors it stops with."""
+"""The rollout's settings, the errors it stops with, and the watch on environment faults."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from streamrl.rollout.episode import EpisodeSettings
+from streamrl.rollout.trajectory import ENV_FAULT_END_REASONS, Trajectory
 
 Mode = Literal["stream", "group"]
 
@@ -20,6 +21,30 @@ class RolloutStalledError(RolloutError):
 
 class DeadEnvironmentError(RolloutError):
     """Episode after episode ended in an environment error: training on would learn nothing."""
+
+
+class EnvFaultWatch:
+    """Counts the current run of episodes that ended in an environment fault (env_error, env_timeout)."""
+
+    def __init__(self, limit: int, env_name: str):
+        self._limit = limit
+        self._env_name = env_name
+        self._run: list[Trajectory] = []
+
+    def count(self, trajectory: Trajectory) -> DeadEnvironmentError | None:
+        """Add an arrival; the error to stop with once ``limit`` faults came in a row."""
+        if trajectory.end_reason not in ENV_FAULT_END_REASONS:
+            self._run = []
+            return None
+        self._run.append(trajectory)
+        return self.dead(self._run) if len(self._run) >= self._limit else None
+
+    def dead(self, faults: list[Trajectory]) -> DeadEnvironmentError:
+        first = faults[0]
+        return DeadEnvironmentError(
+            f"environment {self._env_name!r} is failing: {len(faults)} episodes in a row ended in "
+            f"{'/'.join(sorted({t.end_reason for t in faults}))}; the first: {first.error or first.end_reason}"
+        )
 
 
 @dataclass(frozen=True)
