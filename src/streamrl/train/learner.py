@@ -50,12 +50,12 @@ class UpdateConfig:
     reward: RewardConfig
     temperature: float
     #: mini-batch shuffling: seeded by ``seed`` and the step
-    seed: int = 0
-    gradient_checkpointing: bool = False
+    seed: int
+    gradient_checkpointing: bool
     #: Dr.GRPO's constant L_norm when ``loss.norm_length`` is null: ``max_new_tokens`` times the
     #: turns one row can hold (1 per step; None: the batch's longest trajectory)
-    max_new_tokens: int = 48
-    turns_per_row: int | None = 1
+    max_new_tokens: int
+    turns_per_row: int | None
 
 
 @dataclass
