@@ -37,6 +37,9 @@ from streamrl.train.sft import behaviour_cloning, collect_demonstrations  # noqa
 
 ROOT = REPO / "src" / "streamrl" / "policy" / "assets" / "warm_starts"
 SECTIONS = ("model", "env", "sft", "rollout", "eval")
+#: applied on top of the config file: a warm start is built in float32 on every processor, so
+#: the asset does not depend on what ``model.dtype: auto`` picks on the build machine
+BUILD_OVERRIDES = ["model.dtype=float32"]
 
 
 def sha256(path: Path) -> str:
@@ -57,7 +60,7 @@ async def held_out(config: Config, policy, greedy: bool) -> float:
 
 
 def build(config_path: Path, name: str) -> dict:
-    config = load_config(str(config_path), [])
+    config = load_config(str(config_path), BUILD_OVERRIDES)
     started = time.perf_counter()
     policy = load_run_policy(config, None)
     demos = asyncio.run(collect_demonstrations(config, policy))
