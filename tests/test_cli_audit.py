@@ -46,7 +46,7 @@ CASES = {  # name -> (argv with {tmp} for the temporary folder, text the line mu
     "sft without expert": (["sft", *SMOKE, "--out", "{tmp}/sft", "--env", "guess_number", "env.prompt={}",
                             "env.parser={}", "sft.source=expert"], "sft.source: environment guess_number has no expert"),
     "search expert elsewhere": (["train", *SMOKE, "--env", "guess_number", "env.prompt={}", "env.parser={}"],
-                                "sft.source: search_expert"),
+                                "sft.source: environment guess_number has no searching expert"),
     "dtype": (["train", *SMOKE, "model.dtype=int8"], "model.dtype"),
     "device": (["train", *SMOKE, "model.device=cuda:7"], "model.device"),
     "model folder": (["train", *SMOKE, "--model", "{tmp}/no_model"], "model.spec: no model folder"),

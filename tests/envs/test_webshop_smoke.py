@@ -1,8 +1,8 @@
 """`streamrl train --config configs/smoke.yaml --env webshop_lite --algo ...` runs on CPU in under a minute.
 
-``sft.source=expert``: smoke.yaml's ``search_expert`` is alfworld_lite's searching expert, which the
-preflight refuses for another environment; webshop_lite's demonstrator is its privileged expert.
-SAPO runs in the default suite; GRPO (same path, another loss) is marked slow.
+The command exactly as a user types it: smoke.yaml's ``sft.source: search_expert`` is each
+environment's own non-privileged demonstrator (webshop_lite's searching shopper). SAPO runs in
+the default suite; GRPO (same path, another loss) is marked slow.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ def _train(algo: str, out: Path) -> float:
     start = time.perf_counter()
     result = subprocess.run(
         [sys.executable, "-m", "streamrl", "train", "--config", "configs/smoke.yaml", "--env", "webshop_lite",
-         "--algo", algo, "--out", str(out), "train.steps=2", "sft.source=expert"],
+         "--algo", algo, "--out", str(out), "train.steps=2"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     elapsed = time.perf_counter() - start
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "held-out success (test" in result.stdout
+    assert "SFT: 0 demonstrations" not in result.stdout, "the searching shopper produced no successful demo"
     assert (out / "metrics.jsonl").is_file()
     return elapsed
 

@@ -136,7 +136,7 @@ class TrainConfig(Section):
 
 
 class SFTConfig(Section):
-    #: "expert" (privileged planner), "search_expert", or a JSONL file of demonstrations
+    #: "expert" (the env's privileged expert_action), "search_expert" (its non-privileged searching_expert), or a JSONL file of demonstrations
     source: str = "search_expert"
     demos: StrictInt = Field(200, ge=0)
     epochs: StrictInt = Field(2, ge=1)

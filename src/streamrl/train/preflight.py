@@ -68,8 +68,8 @@ def check_demonstrations(config: Config, env: Any) -> None:
     if source == "expert" and not hasattr(env, "expert_action"):
         raise ConfigError(f"sft.source: environment {name} has no expert (expert_action()); use a JSONL file of "
                           "demonstrations or sft.demos=0")
-    if source == "search_expert" and env.spec.name != "alfworld_lite":
-        raise ConfigError(f"sft.source: search_expert is alfworld_lite's searching expert, not {name}'s; use expert, "
+    if source == "search_expert" and not hasattr(env, "searching_expert"):
+        raise ConfigError(f"sft.source: environment {name} has no searching expert (searching_expert()); use expert, "
                           "a JSONL file of demonstrations or sft.demos=0")
     if source not in ("expert", "search_expert"):
         try:

@@ -7,7 +7,7 @@ end-of-turn id. The resulting trajectories collate into the same samples and mas
 and the loss is the negative log-likelihood of the action tokens.
 
 Demonstrators: ``expert`` (the environment's privileged planner, ``env.expert_action()``),
-``search_expert`` (alfworld_lite's non-privileged searching expert), or a JSONL file whose lines are
+``search_expert`` (the environment's non-privileged ``searching_expert()``), or a JSONL file whose lines are
 ``{"task_id": ..., "actions": ["<action>go to desk 1</action>", ...]}`` (model texts, replayed).
 """
 
@@ -95,23 +95,6 @@ class DemonstrationEngine:
         return None
 
 
-class _Searching:
-    """alfworld_lite's searching expert as a demonstrator (it learns the room from the first observation)."""
-
-    def __init__(self, require_think: bool):
-        from streamrl.envs.alfworld_lite import SearchingExpert
-
-        self.expert = SearchingExpert()
-        self.require_think = require_think
-        self.started = False
-
-    def __call__(self, observation: str, info: dict[str, Any]) -> str:
-        if not self.started:
-            self.expert.reset(observation)
-            self.started = True
-        return action_text(self.expert.act(observation, info.get("admissible_actions") or []), self.require_think)
-
-
 def _demonstrator_factory(source: str, require_think: bool, replays: dict[str, list[str]]) -> Callable[[Env], Demonstrator]:
     if source == "expert":
         def privileged(env: Env) -> Demonstrator:
@@ -120,7 +103,12 @@ def _demonstrator_factory(source: str, require_think: bool, replays: dict[str, l
             return lambda observation, info: action_text(env.expert_action() or "look", require_think)
         return privileged
     if source == "search_expert":
-        return lambda env: _Searching(require_think)
+        def searching(env: Env) -> Demonstrator:
+            if not hasattr(env, "searching_expert"):
+                raise ValueError(f"sft.source search_expert: environment {env.spec.name} has no searching_expert()")
+            act = env.searching_expert()
+            return lambda observation, info: action_text(act(observation, info), require_think)
+        return searching
 
     def replay(env: Env) -> Demonstrator:
         actions: list = []

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from streamrl.envs.alfworld_lite import text
 from streamrl.envs.alfworld_lite.catalog import TASK_TYPES, resolve_task_type
-from streamrl.envs.alfworld_lite.expert import expert_plan
+from streamrl.envs.alfworld_lite.expert import SearchingExpert, expert_plan
 from streamrl.envs.alfworld_lite.generator import SPLITS, Episode, GeneratorConfig, generate
 from streamrl.envs.alfworld_lite.rules import (
     GRAMMARS,
@@ -146,6 +146,21 @@ class AlfworldLiteEnv(Env):
     def expert_action(self) -> str | None:
         plan = self.expert_plan()
         return plan[0] if plan else None
+
+    def searching_expert(self) -> Callable[[str, dict[str, Any]], str]:
+        """A non-privileged demonstrator for the episode just reset: it learns the room from the
+        first observation and searches, knowing only what it has observed (``act(observation, info)``)."""
+        expert = SearchingExpert()
+        started = False
+
+        def act(observation: str, info: dict[str, Any]) -> str:
+            nonlocal started
+            if not started:
+                expert.reset(observation)
+                started = True
+            return expert.act(observation, info.get("admissible_actions") or [])
+
+        return act
 
     def state_hash(self) -> str:
         return self.world.digest()

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 from typing import Any
 
 from streamrl.envs.base import Env, EnvSpec, StepResult
 from streamrl.envs.common import seeded_task_id
 from streamrl.envs.webshop_lite import text
 from streamrl.envs.webshop_lite.catalog import DEFAULT_SEED, Catalog, build_catalog
+from streamrl.envs.webshop_lite.expert import Shopper
 from streamrl.envs.webshop_lite.goals import build_goals
 from streamrl.envs.webshop_lite.reward import purchase_reward
 from streamrl.envs.webshop_lite.search import PER_PAGE, search_engine
@@ -146,6 +148,11 @@ class WebshopLiteEnv(Env):
         """The session (page, keywords, result page, product, chosen options), for tools and tests."""
         return {"page": self._page, "keywords": self._keywords, "page_no": self._page_no, "asin": self._asin,
                 "sub": self._sub, "options": dict(self._options), "results": list(self._results)}
+
+    def searching_expert(self) -> Callable[[str, dict[str, Any]], str]:
+        """The non-privileged shopper for the episode just reset: it searches with the goal text and
+        inspects results (``act(observation, info)``)."""
+        return Shopper(max_steps=self.spec.max_steps).act
 
     def expert_action(self) -> str | None:
         """The privileged shopper: it knows the target product and the goal options."""
