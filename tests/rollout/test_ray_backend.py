@@ -1,10 +1,11 @@
 """The Ray backend on a real local Ray cluster (2 CPUs, tiny policy, guess_number): the same run
-delivers the same requests as the local backend, a killed worker loses nothing, and a training
-process killed with SIGKILL resumes with the Ray backend. One cluster serves the whole module."""
+delivers the same requests as the local backend, also through a killed and a hung worker; a GRPO
+training process killed with SIGKILL resumes with the Ray backend. One cluster serves the module."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -30,6 +31,7 @@ from streamrl.rollout import (  # noqa: E402
     read_events,
     replay,
 )
+from streamrl.rollout.ray_backend import RayBackend  # noqa: E402
 
 MODEL = {"spec": "tiny", "seed": 0, "threads": 1,
          "model_overrides": {"hidden_size": 32, "num_hidden_layers": 1, "intermediate_size": 64}}
@@ -51,93 +53,105 @@ def policy():
     return load_policy(**MODEL)
 
 
-async def _run(kind: str, policy, settings: RolloutSettings, batches: int, log: Path, after_publish=None):
-    """``batches`` learner batches, publishing a new version after each; returns them."""
+async def _run(kind: str, policy, settings: RolloutSettings, batches: int, log: Path, hook=None):
+    """``batches`` learner batches, publishing a new version after each; returns them.
+    ``hook(rollout, version, published)`` runs before and after each publish."""
     engine = HFEngine.from_policy(policy, threads=1)
-    backend = make_backend(kind, SPEC, concurrency=settings.concurrency, engine=engine, codec=policy,
-                           weights=policy.state_dict_for_engine, workers=2)
+    if kind == "local":
+        backend = make_backend("local", SPEC, concurrency=settings.concurrency, engine=engine, codec=policy,
+                               weights=policy.state_dict_for_engine)
+    else:  # a worker is taken for hung when an episode takes 5 s (they take well under 1 s)
+        backend = RayBackend(SPEC, workers=2, concurrency=settings.concurrency, weights=policy.state_dict_for_engine,
+                             episode_timeout_s=5.0)
     rollout = Rollout(backend=backend, source=UniformPromptSource(TASKS), settings=settings, event_log=log)
     delivered = []
     try:
         async with rollout:
             for version in range(1, batches + 1):
                 delivered.append(await rollout.next_batch())
+                if hook is not None:
+                    await hook(rollout, version, False)
                 engine.update_weights(policy.state_dict_for_engine(), version)
                 rollout.publish(version)
-                if after_publish is not None:
-                    await after_publish(rollout, version)
+                if hook is not None:
+                    await hook(rollout, version, True)
     finally:
         await engine.close()
     return delivered
 
 
-def _same_requests(local, remote):
+async def _all_in_flight(rollout, count: int) -> None:
+    deadline = time.monotonic() + 30
+    while rollout.stats()["in_flight"] < count:
+        assert time.monotonic() < deadline, f"never {count} episodes in flight"
+        await asyncio.sleep(0.001)
+
+
+def test_ray_run_equals_local_run_through_a_dead_and_a_hung_worker(cluster, policy, tmp_path):
+    """max_staleness=0: each version admits exactly one batch, so the run is the same whatever the
+    timing. After version 1 worker-0's process is SIGKILLed with its episodes in flight; after
+    version 3 (worker-0 restarted by Ray) worker-1's is SIGSTOPped (hung). Their episodes are played
+    again on the other worker under the same request ids: nothing is lost or delivered twice."""
+    settings = RolloutSettings(concurrency=4, batch_size=4, max_staleness=0, episode=EPISODE)
+    log = tmp_path / "ray.jsonl"
+    stopped = []
+
+    async def faults(rollout, version, published):
+        workers = dict(rollout.backend.workers)
+        if version == 1 and published:
+            pid = await workers["worker-0"].pid.remote()
+            await _all_in_flight(rollout, 4)  # two on each worker
+            os.kill(pid, signal.SIGKILL)
+        if version == 3 and not published:  # nothing runs until the publish
+            deadline = time.monotonic() + 60
+            while not any(e["event"] == "worker_back" for e in read_events(log)):
+                assert time.monotonic() < deadline, "Ray did not restart worker-0 within 60 s"
+                await asyncio.sleep(0.05)
+        if version == 3 and published:
+            pid = await workers["worker-1"].pid.remote()
+            await _all_in_flight(rollout, 4)
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+
+    try:
+        remote = asyncio.run(_run("ray", policy, settings, 6, log, faults))
+    finally:
+        for pid in stopped:  # Ray has killed it by now; never leave a stopped process behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    local = asyncio.run(_run("local", policy, settings, 6, tmp_path / "local.jsonl"))
+
     def key(batch):
-        return sorted((t.request_id, t.prompt_id, t.group_id, t.dispatch.env_seed, t.dispatch.seq) for t in batch)
+        return sorted((t.request_id, t.prompt_id, t.dispatch.env_seed, t.dispatch.seq) for t in batch)
 
     assert [key(b) for b in local] == [key(b) for b in remote]
     for version, batch in enumerate(remote):
         for trajectory in batch:  # synchronous: every turn played by the weights of its dispatch
             assert trajectory.outcome is not None and trajectory.dispatch.policy_version == version
             assert trajectory.turns and set(trajectory.turn_versions) == {version}
-
-
-def _workers(log: Path) -> set[str]:
-    return {e["worker"] for e in read_events(log) if e["event"] == "result"}
-
-
-def test_local_and_ray_deliver_the_same_requests(cluster, policy, tmp_path):
-    # max_staleness=0: each version admits exactly one batch, so the run is the same whatever the timing
-    settings = RolloutSettings(concurrency=4, batch_size=4, max_staleness=0, episode=EPISODE)
-    local = asyncio.run(_run("local", policy, settings, 3, tmp_path / "local.jsonl"))
-    remote = asyncio.run(_run("ray", policy, settings, 3, tmp_path / "ray.jsonl"))
-    _same_requests(local, remote)
-    assert _workers(tmp_path / "ray.jsonl") == {"worker-0", "worker-1"}
-    assert _workers(tmp_path / "local.jsonl") == {"local"}
-
-
-def test_a_worker_killed_mid_run_loses_nothing(cluster, policy, tmp_path):
-    """Group mode; worker-0's process is SIGKILLed with its episodes of batch 2 in flight: they are
-    played again under their request ids, Ray starts a replacement, and the run is the local one."""
-    settings = RolloutSettings(mode="group", group_size=2, concurrency=4, batch_size=4, max_staleness=0,
-                               episode=EPISODE)
-    killed = []
-
-    async def kill_worker_0(rollout, version):
-        if version != 1:
-            return
-        name, handle = rollout.backend.workers[0]
-        pid = await handle.pid.remote()
-        while rollout.stats()["in_flight"] < 4:  # the next two groups are dispatched, on both workers
-            await asyncio.sleep(0.001)
-        os.kill(pid, signal.SIGKILL)
-        killed.append(pid)
-
-    log = tmp_path / "ray.jsonl"
-    remote = asyncio.run(_run("ray", policy, settings, 5, log, kill_worker_0))
-    local = asyncio.run(_run("local", policy, settings, 5, tmp_path / "local.jsonl"))
-    assert killed
-    _same_requests(local, remote)
     events = read_events(log)
     lost = [e for e in events if e["event"] == "worker_lost"]
-    assert lost and {e["worker"] for e in lost} == {"worker-0"} and all(e["replayed"] for e in lost)
+    assert {(e["worker"], "hung" in e["error"]) for e in lost} == {("worker-0", False), ("worker-1", True)}
+    assert all(e["replayed"] for e in lost)
     results = {e["request_id"]: e["worker"] for e in events if e["event"] == "result"}
-    assert {results[e["request_id"]] for e in lost} == {"worker-1"}  # replayed on the survivor
+    assert all(results[e["request_id"]] != e["worker"] for e in lost)  # replayed on the other worker
+    assert set(results.values()) == {"worker-0", "worker-1"}
     dispatched = [e["request_id"] for e in events if e["event"] == "dispatch"]
-    assert len(dispatched) == len(set(dispatched)) == 5 * 4  # a replay is no new dispatch
+    assert len(dispatched) == len(set(dispatched)) == 6 * 4  # a replay is no new dispatch
+    assert {e["worker"] for e in read_events(tmp_path / "local.jsonl") if e["event"] == "result"} == {"local"}
 
 
 def test_sigkill_then_resume_with_the_ray_backend(cluster, tmp_path):
     out = tmp_path / "run"
     args = [sys.executable, "-m", "streamrl", "train", "--out", str(out), "--config", "configs/smoke.yaml",
-            "rollout.backend=ray", "rollout.workers=2", "train.steps=4", "train.checkpoint_every=1",
+            "--algo", "grpo", "rollout.backend=ray", "rollout.workers=1", "train.steps=3", "train.checkpoint_every=1",
             "train.eval_at_start=false", "env.eval_tasks=2", "sft.demos=0"]
     env = {**os.environ, "RAY_ADDRESS": cluster}
     first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     deadline = time.monotonic() + 120
-    while not (out / "checkpoints" / "step_00000002" / "manifest.json").exists():
+    while not (out / "checkpoints" / "step_00000001" / "manifest.json").exists():
         assert first.poll() is None, first.stdout.read()
-        assert time.monotonic() < deadline, "no checkpoint at step 2 in time"
+        assert time.monotonic() < deadline, "no checkpoint at step 1 in time"
         time.sleep(0.05)
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
@@ -146,7 +160,9 @@ def test_sigkill_then_resume_with_the_ray_backend(cluster, tmp_path):
     assert "resume: continuing from step_0000000" in second.stdout
     batches = replay(out / "events.jsonl")
     delivered = [rid for batch in batches for rid in batch]
-    assert len(batches) == 4 and len(delivered) == len(set(delivered)) == 4 * 8
-    workers = {e["worker"] for e in read_events(out / "events.jsonl") if e["event"] == "result"}
-    assert workers == {"worker-0", "worker-1"}
-    assert json.loads((out / "summary.json").read_text())["steps"] == 4
+    assert len(batches) == 3 and len(delivered) == len(set(delivered)) == 3 * 8
+    events = read_events(out / "events.jsonl")
+    assert {e["worker"] for e in events if e["event"] == "result"} == {"worker-0"}
+    groups = [e for e in events if e["event"] == "group"]  # group mode (GRPO): whole groups delivered
+    assert groups and all(len(e["finished"]) == 8 and not e["partial"] for e in groups)
+    assert json.loads((out / "summary.json").read_text())["steps"] == 3

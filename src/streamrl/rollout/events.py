@@ -3,8 +3,9 @@
 Events: ``dispatch`` (request, prompt, group, version k, z, frozen baseline), ``reissue`` (an
 in-flight request restarted after a resume), ``result`` (arrival in first-finished order: end
 reason, outcome, per-turn versions, the worker that played it), ``worker`` (a Ray rollout worker
-started) and ``worker_lost`` (a worker died or hung with this request in flight; ``replayed``
-says whether it is played again under the same request id), ``discard`` (a straggler cancelled undelivered), ``group``
+started), ``worker_lost`` (a worker died or hung with this request in flight; ``replayed`` says
+whether it is played again under the same request id) and ``worker_back`` (Ray restarted it),
+``discard`` (a straggler cancelled undelivered), ``group``
 (group mode: a group closed, complete or partial), ``deliver`` (one learner batch: its request
 ids in order, the learner version, each sample's lag and exclusion flag) and ``publish``.
 

@@ -13,7 +13,8 @@ the version that produced it.
 Faults use Ray's own machinery: workers are created with ``max_restarts=-1``, so Ray starts a
 replacement process when one dies. The calls that were in flight on it fail with
 ``RayActorError``; each of those episodes is played again (same request id, same frozen dispatch
-record: same task, seed, baseline), on another worker while the dead one restarts, at most
+record: same task, seed, baseline), on another worker while the dead one restarts (new episodes
+avoid it too until it answers again), at most
 ``max_replays`` times, and then ends with ``end_reason="worker_lost"``. A worker whose call
 outlives ``episode_timeout_s`` is taken for hung: Ray kills and restarts it, and the episode is
 played again likewise. Cancelling an episode (a group straggler, ``close``) cancels its Ray task.
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import ActorUnavailableError, RayActorError
 
 from streamrl.rollout.backend import EventSink, WorkerSpec
 from streamrl.rollout.env_pool import EnvPool
@@ -90,6 +91,8 @@ class _Worker:
     name: str
     handle: Any
     load: int = 0
+    #: lost and not back yet (Ray is restarting it): new episodes go to the others meanwhile
+    down: bool = False
 
 
 class RayBackend:
@@ -120,6 +123,7 @@ class RayBackend:
         self._max_replays = max_replays
         self._episode_timeout_s = episode_timeout_s if episode_timeout_s is not None else _episode_bound(spec)
         self._workers: list[_Worker] = []
+        self._watches: set[asyncio.Task] = set()
         self._ref: Any = None
         self._log: EventSink = lambda *args, **kwargs: None
         self._owns_ray = False
@@ -171,7 +175,8 @@ class RayBackend:
                 return await bounded(call, self._episode_timeout_s), worker.name
             except CallTimedOut:
                 problem = f"{worker.name} did not return the episode within {self._episode_timeout_s} s (hung)"
-                ray.kill(worker.handle, no_restart=False)  # Ray restarts it
+                if not worker.down:  # its other episodes time out too: kill it once
+                    ray.kill(worker.handle, no_restart=False)  # Ray restarts it
             except RayActorError as error:
                 problem = f"{worker.name} died: {type(error).__name__}"
             except asyncio.CancelledError:
@@ -180,6 +185,7 @@ class RayBackend:
             finally:
                 worker.load -= 1
             avoid.add(worker.name)
+            self._watch(worker)
             replay = attempt < self._max_replays
             self._log("worker_lost", worker=worker.name, request_id=record.request_id, attempt=attempt,
                       replayed=replay, error=problem)
@@ -187,12 +193,38 @@ class RayBackend:
                           error=problem, finished_at=time.time()), worker.name
 
     def _pick(self, avoid: set[str]) -> _Worker:
-        """The least-loaded worker, preferring those not in ``avoid`` (failed this episode)."""
-        candidates = [w for w in self._workers if w.name not in avoid] or self._workers
+        """The least-loaded worker that is up and has not failed this episode (``avoid``), else
+        one that is up, else any (its call waits for Ray to restart it)."""
+        up = [w for w in self._workers if not w.down]
+        candidates = [w for w in up if w.name not in avoid] or up or self._workers
         return min(candidates, key=lambda w: w.load)
+
+    def _watch(self, worker: _Worker) -> None:
+        """Mark ``worker`` down until it answers again (a call to a restarting actor waits for it)."""
+        if worker.down:
+            return
+        worker.down = True
+
+        async def back() -> None:
+            while True:
+                try:
+                    pid = await worker.handle.pid.remote()
+                    break
+                except ActorUnavailableError:  # still restarting
+                    await asyncio.sleep(0.2)
+                except RayActorError:
+                    return  # gone for good
+            worker.down = False
+            self._log("worker_back", worker=worker.name, pid=pid)
+
+        task = asyncio.ensure_future(back())
+        self._watches.add(task)
+        task.add_done_callback(self._watches.discard)
 
     async def close(self, timeout_s: float) -> list[str]:
         stuck: list[str] = []
+        for task in list(self._watches):
+            task.cancel()
         try:
             calls = [asyncio.wrap_future(w.handle.close.remote(timeout_s).future()) for w in self._workers]
             done = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), timeout_s + 5.0)
