@@ -213,3 +213,16 @@ def test_vllm_update_weights_in_place(real):
     before, after = asyncio.run(main())
     assert before.policy_version == 0 and after.policy_version == 7
     assert before.token_ids != after.token_ids
+
+
+def test_make_engine_builds_the_configured_engine():
+    from streamrl.policy.engine import HFEngine
+    from streamrl.policy.engines import make_engine
+    from streamrl.policy.loading import load_policy
+
+    policy = load_policy("tiny", model_overrides={"hidden_size": 32, "num_hidden_layers": 1, "intermediate_size": 64})
+    engine = make_engine("hf", policy, version=5, threads=1)
+    assert isinstance(engine, HFEngine) and engine.version == 5
+    engine.close_sync()
+    with pytest.raises(ValueError, match="model.engine must be one of hf, vllm, got 'sglang'"):
+        make_engine("sglang", policy)

@@ -24,6 +24,7 @@ from streamrl.policy.api import SamplingParams  # noqa: E402
 from streamrl.rollout import (  # noqa: E402
     EpisodeSettings,
     Rollout,
+    RolloutError,
     RolloutSettings,
     UniformPromptSource,
     WorkerSpec,
@@ -139,6 +140,12 @@ def test_ray_run_equals_local_run_through_a_dead_and_a_hung_worker(cluster, poli
     dispatched = [e["request_id"] for e in events if e["event"] == "dispatch"]
     assert len(dispatched) == len(set(dispatched)) == 6 * 4  # a replay is no new dispatch
     assert {e["worker"] for e in read_events(tmp_path / "local.jsonl") if e["event"] == "result"} == {"local"}
+
+
+def test_more_workers_than_the_cluster_has_cpus_is_refused(cluster, policy):
+    backend = RayBackend(SPEC, workers=3, concurrency=6, weights=policy.state_dict_for_engine)
+    with pytest.raises(RolloutError, match="rollout.workers=3 needs 3 CPUs of the Ray cluster, which has 2"):
+        asyncio.run(backend.start(lambda *args, **kwargs: None))
 
 
 def test_sigkill_then_resume_with_the_ray_backend(cluster, tmp_path):
