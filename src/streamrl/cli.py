@@ -81,7 +81,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if after:
         line = f"held-out success ({after['split']}, {after['episodes']} tasks): "
         line += f"{100 * before['success']:.1f}% -> " if before else ""
-        print(line + f"{100 * after['success']:.1f}% after {summary['steps']} RL steps")
+        line += f"{100 * after['success']:.1f}% after {summary['steps']} RL steps"
+        if abs(after["score"] - 100 * after["success"]) > 1e-9:  # a graded reward (WebShop's score)
+            line += f"; score {before['score']:.1f} -> " if before else "; score "
+            line += f"{after['score']:.1f}"
+        print(line)
     print(f"run folder: {out} (metrics.jsonl, report/)")
     return 0
 

@@ -16,11 +16,12 @@ def _spec(**extra):
     return CompareConfig(**{**fields, **extra})
 
 
-def _fake_run(folder, xs, ys):
+def _fake_run(folder, xs, ys, score=None):
     folder.mkdir(parents=True)
     lines = [json.dumps({"kind": "train", "step": i + 1, "trajectories_consumed": x, "success": y, "ppo_kl": 0.01})
              for i, (x, y) in enumerate(zip(xs, ys))]
-    lines.append(json.dumps({"kind": "eval", "step": len(xs), "success": ys[-1]}))
+    score = 100 * ys[-1] if score is None else score
+    lines.append(json.dumps({"kind": "eval", "step": len(xs), "success": ys[-1], "score": score}))
     (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
 
 
@@ -49,6 +50,28 @@ def test_report_statistics_on_known_curves(tmp_path):
     # held-out success after training: 100 against 0, 10, 20 points
     assert report["pairs"][0]["held_out_points"]["mean"] == pytest.approx(90.0)
     assert "| a − b | 3 | +40.0 ± 10.0 [+15.2, +64.8] |" in (tmp_path / "report.md").read_text()
+
+
+def test_a_graded_score_gets_its_own_columns_and_paired_difference(tmp_path):
+    spec = _spec()
+    runs = []
+    for seed in spec.seeds:
+        _fake_run(tmp_path / f"a{seed}", [0, 10], [0.2, 0.4], score=60.0 + seed)  # WebShop-like: score > success
+        _fake_run(tmp_path / f"b{seed}", [0, 10], [0.2, 0.2], score=50.0)
+        runs += [("a", seed, tmp_path / f"a{seed}"), ("b", seed, tmp_path / f"b{seed}")]
+    write_comparison_report(spec, tmp_path, runs)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["arms"]["a"]["score_after_mean"] == pytest.approx(61.0)
+    assert report["pairs"][0]["score_points"]["mean"] == pytest.approx(11.0)
+    text = (tmp_path / "report.md").read_text()
+    assert "held-out score after |" in text and "| +11.0 ± 1.0 [" in text
+    # a 0/1 reward's score is 100 x success: no extra column (the known-curves report above)
+    runs_binary = tmp_path / "binary"
+    for seed in spec.seeds:
+        _fake_run(runs_binary / f"a{seed}", [0, 10], [0.2, 0.4])
+        _fake_run(runs_binary / f"b{seed}", [0, 10], [0.2, 0.2])
+    write_comparison_report(spec, runs_binary, [(arm, seed, runs_binary / f"{arm}{seed}") for arm in "ab" for seed in spec.seeds])
+    assert "score" not in (runs_binary / "report.md").read_text()
 
 
 def test_finished_runs_are_not_rerun_and_interrupted_ones_resume(tmp_path, monkeypatch):

@@ -185,6 +185,7 @@ def run_statistics(folder: Path, spec: CompareConfig) -> dict[str, Any]:
         "final": final_reward(y, spec.y_range),
         "eval_before": evals[0]["success"] if len(evals) > 1 else None,
         "eval_after": evals[-1]["success"] if evals else None,
+        "score_after": evals[-1].get("score") if evals else None,
     }
     for key in DIAGNOSTICS:
         values = [r[key] for r in records if r.get(key) is not None]
@@ -208,6 +209,7 @@ def write_comparison_report(spec: CompareConfig, out: Path, runs: list[tuple[str
             "final_mean": float(np.mean([s["final"] for s in by_seed.values()])),
             "eval_before_mean": _mean([s["eval_before"] for s in by_seed.values()]),
             "eval_after_mean": _mean([s["eval_after"] for s in by_seed.values()]),
+            "score_after_mean": _mean([s.get("score_after") for s in by_seed.values()]),
         }
         for key in DIAGNOSTICS:
             row[key] = _mean([s[key] for s in by_seed.values()])
@@ -216,10 +218,11 @@ def write_comparison_report(spec: CompareConfig, out: Path, runs: list[tuple[str
     for a, b in spec.pairs:
         seeds = [s for s in spec.seeds if s in stats[a] and s in stats[b]]
         pair: dict[str, Any] = {"a": a, "b": b, "n": len(seeds)}
-        for key, field in (("auc", "auc_points"), ("final", "final_points"), ("eval_after", "held_out_points")):
-            values = [(stats[a][s][key], stats[b][s][key]) for s in seeds]
-            if all(x is not None and y is not None for x, y in values):  # held-out needs both evaluated
-                pair[field] = paired_difference([100 * x for x, _ in values], [100 * y for _, y in values])._asdict()
+        for key, field, scale in (("auc", "auc_points", 100), ("final", "final_points", 100),
+                                  ("eval_after", "held_out_points", 100), ("score_after", "score_points", 1)):
+            values = [(stats[a][s].get(key), stats[b][s].get(key)) for s in seeds]
+            if values and all(x is not None and y is not None for x, y in values):  # held-out needs both evaluated
+                pair[field] = paired_difference([scale * x for x, _ in values], [scale * y for _, y in values])._asdict()
         pairs.append(pair)
 
     report = {"name": spec.name, "seeds": spec.seeds, "arms": arms, "pairs": pairs, "runs": stats, "config": spec.model_dump()}
@@ -244,30 +247,44 @@ def _difference(d: dict[str, float] | None) -> str:
     return f"{d['mean']:+.1f} ± {d['sd']:.1f} [{d['ci_low']:+.1f}, {d['ci_high']:+.1f}]"
 
 
+def _graded(arms: dict[str, dict]) -> bool:
+    """Whether the environment's score says more than its success (a graded reward, WebShop's)."""
+    return any(
+        row.get("score_after_mean") is not None and row["eval_after_mean"] is not None
+        and abs(row["score_after_mean"] - 100 * row["eval_after_mean"]) > 1e-6
+        for row in arms.values()
+    )
+
+
 def _markdown(spec: CompareConfig, arms: dict[str, dict], pairs: list[dict]) -> str:
+    graded = _graded(arms)
+    score_header, score_rule = (" held-out score after |", "---|") if graded else ("", "")
     lines = [
         f"# Comparison: {spec.name}",
         "",
         f"Seeds {spec.seeds}; learning curve = training `{spec.metric}` against `{spec.x_axis}`; AUC is the "
         "normalised-progress trapezoid (docs/algorithms.md §1.7), in points (x100); final = mean of the last 5 points.",
         "",
-        "| arm | AUC (mean ± sd) | final | held-out success before → after | PPO-KL | clip frac | behaviour KL | grad norm "
-        "| invalid format | token-weighted Â |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| arm | AUC (mean ± sd) | final | held-out success before → after |{score_header} PPO-KL | clip frac "
+        "| behaviour KL | grad norm | invalid format | token-weighted Â |",
+        f"|---|---|---|---|{score_rule}---|---|---|---|---|---|",
     ]
     for name, row in arms.items():
+        score = f" {_fmt(row['score_after_mean'])} |" if graded else ""
         lines.append(
             f"| {name} | {100 * row['auc_mean']:.1f} ± {100 * row['auc_sd']:.1f} | {_fmt(row['final_mean'], 100)} | "
-            f"{_fmt(row['eval_before_mean'], 100)} → {_fmt(row['eval_after_mean'], 100)} | {_fmt(row['ppo_kl'], 1, 4)} | {_fmt(row['clip_frac'], 1, 4)} | "
-            f"{_fmt(row['behaviour_kl'], 1, 4)} | {_fmt(row['grad_norm'], 1, 3)} | "
+            f"{_fmt(row['eval_before_mean'], 100)} → {_fmt(row['eval_after_mean'], 100)} |{score} {_fmt(row['ppo_kl'], 1, 4)} | "
+            f"{_fmt(row['clip_frac'], 1, 4)} | {_fmt(row['behaviour_kl'], 1, 4)} | {_fmt(row['grad_norm'], 1, 3)} | "
             f"{_fmt(row['format_invalid_frac'], 1, 3)} | {_fmt(row['token_weighted_adv_mean'], 1, 3)} |"
         )
     if pairs:
+        keys = ["auc_points", "final_points", "held_out_points"] + (["score_points"] if graded else [])
         lines += ["", "Paired differences (a − b, per seed), points:", "",
-                  "| a − b | n | AUC mean ± sd [95% CI] | final mean ± sd [95% CI] | held-out after mean ± sd [95% CI] |",
-                  "|---|---|---|---|---|"]
+                  "| a − b | n | AUC mean ± sd [95% CI] | final mean ± sd [95% CI] | held-out after mean ± sd [95% CI] |"
+                  + (" held-out score after [95% CI] |" if graded else ""),
+                  "|---|---|---|---|---|" + score_rule]
         for p in pairs:
-            cells = [_difference(p.get(key)) for key in ("auc_points", "final_points", "held_out_points")]
+            cells = [_difference(p.get(key)) for key in keys]
             lines.append(f"| {p['a']} − {p['b']} | {p['n']} | " + " | ".join(cells) + " |")
     lines += ["", "![learning curves](curves.png)", ""]
     return "\n".join(lines)
