@@ -74,3 +74,21 @@ def test_identical_continuations_share_one_prefix(small_policy):
         check(small_policy, request, result, temperature=0.7)
     assert loop.stats["reused_tokens"] == len(prompt) + 3
     engine.close_sync()
+
+
+def test_a_common_system_prompt_is_prefilled_once_and_kept(small_policy):
+    engine = HFEngine.from_policy(small_policy, max_batch_size=4)
+    loop = engine._decode_loop
+    system = {"role": "system", "content": "You are an agent in a household. Think, then act, briefly."}
+    episodes = [small_policy.encode_chat([system, {"role": "user", "content": OBSERVATIONS[i]}]) for i in range(4)]
+    common = next(n for n, column in enumerate(zip(*episodes)) if len(set(column)) > 1)
+    assert common >= 16
+    requests = [GenerationRequest(f"s{i}", p, SamplingParams(max_new_tokens=3 + i)) for i, p in enumerate(episodes[:3])]
+    for request, result in zip(requests, play(loop, requests)):
+        check(small_policy, request, result)
+    assert loop.stats["prefill_tokens"] == common + sum(len(p) - common for p in episodes[:3])
+    before = loop.stats["reused_tokens"]
+    late = GenerationRequest("late", episodes[3], SamplingParams(max_new_tokens=4, temperature=0.7))
+    check(small_policy, late, play(loop, [late])[0], temperature=0.7)
+    assert loop.stats["reused_tokens"] - before == common  # the shared prefix stayed in the store
+    engine.close_sync()

@@ -1,7 +1,8 @@
 """The engine's synchronous decode loop: continuous batching over a ``SlabCache``.
 
 ``admit`` prefills new requests (grouped by similar prompt length, left-padded, logits only at the
-last position), samples their first token and drops them into free slots; ``step`` advances every
+last position, after a reused prefix: a kept sequence they extend, or the common prefix of
+prompts admitted together, computed once), samples their first token and drops them into free slots; ``step`` advances every
 live row by one token. Finished rows free their slot immediately and a new request can take it at
 the next ``admit``, so one long answer never holds a batch of short ones hostage. Results are
 handed to each request's ``on_done`` callback. Single-threaded: ``HFEngine`` drives it from its
@@ -19,13 +20,12 @@ import torch
 from streamrl.policy.api import FinishReason, GenerationRequest, GenerationResult
 from streamrl.policy.kv_cache import PrefillCache, PrefixStore, SlabCache
 from streamrl.policy.modeling import cache_argument, decoder_and_head
+from streamrl.policy.prefill import layout, prefill_groups, prefix_past, shared_prefixes
 from streamrl.policy.sampling import sample_next
 
 Deliver = Callable[[GenerationResult], None]
 #: decode steps of free columns kept after a re-layout, so growth copies are rare
 COLUMN_HEADROOM = 128
-#: a prefill group is closed when padding would exceed this share of its tokens
-MAX_PADDING_SHARE = 0.25
 
 
 @dataclass(eq=False)  # identity semantics: rows go in sets
@@ -120,10 +120,11 @@ class DecodeLoop:
             else:
                 rows.append(row)
         try:
-            self._reuse_prefixes(rows)
+            with torch.no_grad():
+                self._reuse_prefixes(rows)
             if rows:  # one re-layout for the whole admission, not one per prefill group
                 self._make_room(len(rows), max(len(r.request.prompt_ids) for r in rows))
-            for group in self._prefill_groups(rows):
+            for group in prefill_groups(rows, _new_tokens, self.prefill_token_budget):
                 try:
                     with torch.no_grad():
                         self._prefill(group)
@@ -161,30 +162,28 @@ class DecodeLoop:
 
     # -- prefill ---------------------------------------------------------------------------------
 
-    def _prefill_groups(self, rows: list[_Row]) -> list[list[_Row]]:
-        """Rows sorted by new-token count, cut into groups with little padding and bounded size."""
-        groups: list[list[_Row]] = []
-        for row in sorted(rows, key=_new_tokens):
-            length = _new_tokens(row)
-            if groups:
-                group = groups[-1]
-                real = sum(map(_new_tokens, group)) + length
-                padded = length * (len(group) + 1)  # sorted: the new row is the longest
-                if padded <= self.prefill_token_budget and padded - real <= MAX_PADDING_SHARE * padded:
-                    group.append(row)
-                    continue
-            groups.append([row])
-        return groups
-
     def _reuse_prefixes(self, rows: list[_Row]) -> None:
         """Give each row the longest kept prefix of its prompt (one per distinct prompt: identical
-        prompts are prefilled once and must agree on what is reused)."""
+        prompts are prefilled once and must agree on what is reused). Rows left without one that
+        share a long common prefix get it prefilled once and kept as shared (later prompts with
+        it, e.g. the same system prompt, reuse it too)."""
         taken: dict[tuple[int, ...], Any] = {}
         for row in rows:
             prompt = tuple(row.request.prompt_ids)
             if prompt not in taken:
                 taken[prompt] = self.prefixes.take(row.request.prompt_ids)
             row.prefix = taken[prompt]
+        fresh = [row for row in rows if row.prefix is None]
+        for length, members in shared_prefixes([row.request.prompt_ids for row in fresh]):
+            tokens = fresh[members[0]].request.prompt_ids[:length]
+            input_ids, mask, positions, _ = layout([tokens], [length])
+            cache = PrefillCache(self.num_layers)
+            self._forward(input_ids, mask[:, None], positions, cache)
+            keys, values = [k[0] for k in cache.keys], [v[0] for v in cache.values]
+            self.prefixes.keep(tokens, keys, values, shared=True)
+            self.stats["prefill_tokens"] += length
+            for i in members:
+                fresh[i].prefix = (length, keys, values)
 
     def _prefill(self, group: list[_Row]) -> None:
         """One forward over the group's distinct prompts (identical prompts, e.g. a GRPO group's,
@@ -195,27 +194,12 @@ class DecodeLoop:
         firsts = {index: row for row, index in zip(group, source)}
         reused = [firsts[i].prefix[0] if firsts[i].prefix else 0 for i in range(len(distinct))]
         news = [list(prompt[n:]) for prompt, n in zip(distinct, reused)]
-        lengths = [len(prompt) for prompt in distinct]
-        queries, width = max(map(len, news)), max(lengths)
-        input_ids = torch.zeros(len(news), queries, dtype=torch.long)
-        for i, new in enumerate(news):  # left padding: every prompt ends at the last column
-            input_ids[i, queries - len(new) :] = torch.tensor(new)
-        # column c of row i holds prompt token c - start[i]; query j sits at column width - queries + j
-        start = torch.tensor([width - n for n in lengths])
-        query_columns = torch.arange(width - queries, width)
-        columns = torch.arange(width)
-        pad = query_columns[None, :] < (width - torch.tensor(list(map(len, news))))[:, None]
-        mask = (columns[None, None, :] >= start[:, None, None]) & (columns[None, None, :] <= query_columns[None, :, None])
-        mask |= columns[None, None, :] == query_columns[None, :, None]  # padding queries see one column
-        positions = (query_columns[None, :] - start[:, None]).clamp_min(0)
-        cache = PrefillCache(self.num_layers, self._past(firsts, reused, width, pad), pad.to(self.device))
-        hidden = self.decoder(
-            input_ids=input_ids.to(self.device),
-            attention_mask=mask[:, None].to(self.device),
-            position_ids=positions.to(self.device),
-            use_cache=True,
-            **{self._cache_arg: cache},
-        ).last_hidden_state
+        width = max(map(len, distinct))
+        input_ids, mask, positions, pad = layout(news, list(map(len, distinct)))
+        past = prefix_past([firsts[i].prefix for i in range(len(distinct))], width, pad, self.num_layers,
+                           self._slab_shape[1:], self.dtype, self.device)
+        cache = PrefillCache(self.num_layers, past, pad.to(self.device))
+        hidden = self._forward(input_ids, mask[:, None], positions, cache)
         logits = self.head(hidden[:, -1])[torch.tensor(source, device=self.device)]
         self.stats["prefill_tokens"] += sum(map(len, news))
         self.stats["reused_tokens"] += sum(reused)
@@ -235,21 +219,15 @@ class DecodeLoop:
             self.rows[slot] = row
         self.slab.write_prefill(slots, kept, [len(r.request.prompt_ids) for r in continuing])
 
-    def _past(self, firsts: dict[int, _Row], reused: list[int], width: int, pad: torch.Tensor):
-        """The reused prefixes as ``PrefillCache``'s past (None when nothing is reused): row i's
-        prefix right before its new tokens, zeros elsewhere."""
-        if not any(reused):
-            return None
-        shape = (len(reused), self._slab_shape[1], width, self._slab_shape[2])
-        past = tuple([torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
-                     for _ in range(2))
-        for i, n in enumerate(reused):
-            if n:
-                end = width - int((~pad[i]).sum())
-                for side, tensors in enumerate(firsts[i].prefix[1:]):
-                    for layer, tensor in enumerate(tensors):
-                        past[side][layer][i, :, end - n : end] = tensor
-        return past
+    def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
+        """The decoder's last hidden states over explicit ids, 4D bool mask and positions."""
+        return self.decoder(
+            input_ids=input_ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            position_ids=positions.to(self.device),
+            use_cache=True,
+            **{self._cache_arg: cache},
+        ).last_hidden_state
 
     # -- decode ----------------------------------------------------------------------------------
 
@@ -266,13 +244,7 @@ class DecodeLoop:
         positions = torch.zeros(slab.slots, 1, dtype=torch.long)
         positions[index, 0] = torch.tensor([row.next_position for row in rows])
         slab.lo = int(slab.start[live].min())
-        hidden = self.decoder(
-            input_ids=inputs.to(self.device),
-            attention_mask=slab.step_mask(live),
-            position_ids=positions.to(self.device),
-            use_cache=True,
-            **{self._cache_arg: slab},
-        ).last_hidden_state
+        hidden = self._forward(inputs, slab.step_mask(live), positions, slab)
         slab.end += 1
         self.stats["decode_steps"] += 1
         self.stats["slot_steps"] += slab.slots

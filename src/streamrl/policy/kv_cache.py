@@ -108,20 +108,22 @@ class PrefixStore:
     full-history episode: transcript + bridge + observation) prefills only its new tokens.
 
     Least recently kept entries go first once more than ``budget`` tokens are held; an entry is
-    taken (removed) by the prompt that reuses it. Keys and values are ``[H_kv, n, D]`` per layer.
+    taken (removed) by the prompt that reuses it, except a ``shared`` one (the common prefix of
+    many prompts, e.g. a system prompt), which stays and moves to the back of the eviction order.
+    Keys and values are ``[H_kv, n, D]`` per layer.
     """
 
     def __init__(self, budget: int):
         self.budget = budget
         self.held = 0
-        self._entries: dict[tuple[int, ...], tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+        self._entries: dict[tuple[int, ...], tuple[list[torch.Tensor], list[torch.Tensor], bool]] = {}
         self._lengths: dict[int, int] = {}  # prefix length -> entries of that length
 
-    def keep(self, tokens: list[int], keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+    def keep(self, tokens: list[int], keys: list[torch.Tensor], values: list[torch.Tensor], shared: bool = False) -> None:
         key = tuple(tokens)
         if not key or len(key) > self.budget or key in self._entries:
             return
-        self._entries[key] = (keys, values)
+        self._entries[key] = (keys, values, shared)
         self._lengths[len(key)] = self._lengths.get(len(key), 0) + 1
         self.held += len(key)
         while self.held > self.budget:
@@ -132,8 +134,11 @@ class PrefixStore:
         for length in sorted((n for n in self._lengths if n < len(prompt)), reverse=True):
             key = tuple(prompt[:length])
             if key in self._entries:
-                keys, values = self._entries[key]
-                self._drop(key)
+                keys, values, shared = self._entries.pop(key)
+                if shared:
+                    self._entries[key] = (keys, values, shared)
+                else:
+                    self._forget(key)
                 return length, keys, values
         return None
 
@@ -142,6 +147,9 @@ class PrefixStore:
 
     def _drop(self, key: tuple[int, ...]) -> None:
         del self._entries[key]
+        self._forget(key)
+
+    def _forget(self, key: tuple[int, ...]) -> None:
         self.held -= len(key)
         self._lengths[len(key)] -= 1
         if not self._lengths[len(key)]:

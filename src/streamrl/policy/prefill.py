@@ -1,0 +1,102 @@
+"""The prefill side of the decode loop: which prompts go into one forward, where their common
+prefixes are, and the left-padded layout (ids, mask, positions, reused-prefix KV) of that forward.
+
+Everything here works on token lists and tensors; ``DecodeLoop`` runs the forwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import torch
+
+T = TypeVar("T")
+#: a prefill group is closed when padding would exceed this share of its tokens
+MAX_PADDING_SHARE = 0.25
+#: shortest common prefix of concurrently admitted prompts worth a forward of its own
+MIN_SHARED_PREFIX = 16
+
+
+def prefill_groups(items: Sequence[T], new_tokens: Callable[[T], int], budget: int) -> list[list[T]]:
+    """``items`` sorted by ``new_tokens``, cut into groups with little padding and at most
+    ``budget`` padded tokens each."""
+    groups: list[list[T]] = []
+    real = 0  # new tokens of the last group
+    for item in sorted(items, key=new_tokens):
+        length = new_tokens(item)
+        if groups:
+            padded = length * (len(groups[-1]) + 1)  # sorted: the new item is the longest
+            if padded <= budget and padded - real - length <= MAX_PADDING_SHARE * padded:
+                groups[-1].append(item)
+                real += length
+                continue
+        groups.append([item])
+        real = length
+    return groups
+
+
+def shared_prefixes(prompts: Sequence[Sequence[int]], min_tokens: int = MIN_SHARED_PREFIX) -> list[tuple[int, list[int]]]:
+    """``(length, members)`` for each cluster of at least two distinct prompts that share their
+    first ``length >= min_tokens`` tokens (a system prompt, an episode's instructions); every
+    member keeps at least one token after the prefix. Clusters are runs of the sorted prompts."""
+    distinct = sorted({tuple(p) for p in prompts})
+    runs: list[tuple[int, list[tuple[int, ...]]]] = []
+    for previous, prompt in zip(distinct, distinct[1:]):
+        common = _common_length(previous, prompt, min(len(previous), len(prompt)) - 1)
+        if common < min_tokens:
+            continue
+        if runs and runs[-1][1][-1] == previous:
+            length, members = runs[-1]
+            runs[-1] = (min(length, common), [*members, prompt])
+        else:
+            runs.append((common, [previous, prompt]))
+    index: dict[tuple[int, ...], list[int]] = {}
+    for i, prompt in enumerate(prompts):
+        index.setdefault(tuple(prompt), []).append(i)
+    return [(length, [i for p in members for i in index[p]]) for length, members in runs]
+
+
+def layout(news: Sequence[Sequence[int]], lengths: Sequence[int]) -> tuple[torch.Tensor, ...]:
+    """Left-padded inputs of one prefill forward: row ``i`` feeds ``news[i]``, the last tokens of a
+    sequence of ``lengths[i]`` (the rest is a reused prefix). Returns ``input_ids [B, Q]``, the
+    bool ``mask [B, Q, W]`` over ``W = max(lengths)`` columns (row i's sequence ends at the last
+    column), ``positions [B, Q]`` and ``pad [B, Q]`` (True at padding queries)."""
+    queries, width = max(map(len, news)), max(lengths)
+    input_ids = torch.zeros(len(news), queries, dtype=torch.long)
+    for i, new in enumerate(news):  # left padding: every sequence ends at the last column
+        input_ids[i, queries - len(new) :] = torch.tensor(new)
+    # column c of row i holds token c - start[i]; query j sits at column width - queries + j
+    start = torch.tensor([width - n for n in lengths])
+    query_columns = torch.arange(width - queries, width)
+    columns = torch.arange(width)
+    pad = query_columns[None, :] < (width - torch.tensor(list(map(len, news))))[:, None]
+    mask = (columns[None, None, :] >= start[:, None, None]) & (columns[None, None, :] <= query_columns[None, :, None])
+    mask |= columns[None, None, :] == query_columns[None, :, None]  # padding queries see one column
+    positions = (query_columns[None, :] - start[:, None]).clamp_min(0)
+    return input_ids, mask, positions, pad
+
+
+def prefix_past(prefixes: Sequence[Any], width: int, pad: torch.Tensor, num_layers: int, kv_shape: tuple[int, int],
+                dtype: torch.dtype, device: Any):
+    """The reused prefixes (``(length, keys, values)`` or None per row) as ``PrefillCache``'s past,
+    None when nothing is reused: row i's prefix right before its new tokens, zeros elsewhere.
+    ``kv_shape``: ``(kv_heads, head_dim)``."""
+    if not any(prefixes):
+        return None
+    shape = (len(prefixes), kv_shape[0], width, kv_shape[1])
+    past = tuple([torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)] for _ in range(2))
+    for i, prefix in enumerate(prefixes):
+        if prefix:
+            end, n = width - int((~pad[i]).sum()), prefix[0]
+            for side, tensors in enumerate(prefix[1:]):
+                for layer, tensor in enumerate(tensors):
+                    past[side][layer][i, :, end - n : end] = tensor
+    return past
+
+
+def _common_length(a: Sequence[int], b: Sequence[int], most: int) -> int:
+    n = 0
+    while n < most and a[n] == b[n]:
+        n += 1
+    return n
