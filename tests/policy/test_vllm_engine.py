@@ -226,3 +226,14 @@ def test_make_engine_builds_the_configured_engine():
     engine.close_sync()
     with pytest.raises(ValueError, match="model.engine must be one of hf, vllm, got 'sglang'"):
         make_engine("sglang", policy)
+
+
+def test_without_vllm_the_error_names_the_install(monkeypatch):
+    import sys
+
+    from streamrl.policy.errors import MissingDependencyError
+    from streamrl.policy.vllm_engine import RealVLLM
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # as on a machine without the extra
+    with pytest.raises(MissingDependencyError, match=r"pip install -e '\.\[vllm\]'"):
+        RealVLLM("some/folder")

@@ -45,7 +45,7 @@ def test_worker_spec_rebuilds_the_trainers_policy_and_environment():
     assert spec.model["spec"] == "tiny" and spec.model["model_overrides"] == config.model.overrides
     assert "lora" not in spec.model  # the trainer sends merged weights
     assert (spec.env, spec.parser_options, spec.prompt_options) == ("alfworld_lite", config.env.parser, config.env.prompt)
-    assert spec.episode == episode_settings(config) and spec.engine == "hf"
+    assert spec.episode == episode_settings(config) and spec.engine == "hf" and spec.worker_gpus == 0.0
     env = spec.make_env()
     assert env.spec.name == "alfworld_lite"
     env.close()

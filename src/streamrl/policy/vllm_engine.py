@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from streamrl.policy.api import GenerationRequest, GenerationResult, SamplingParams
+from streamrl.policy.errors import MissingDependencyError
 
 
 class VLLMSurface(Protocol):
@@ -199,7 +200,12 @@ class RealVLLM:
     def __init__(self, model: str | Path, *, seed: int = 0, dtype: str = "auto", **engine_args: Any):
         # collective_rpc ships a function to vLLM's worker processes, which vLLM allows only when asked
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-        from vllm import AsyncEngineArgs, AsyncLLMEngine, SamplingParams as VLLMSamplingParams
+        try:
+            from vllm import AsyncEngineArgs, AsyncLLMEngine, SamplingParams as VLLMSamplingParams
+        except ImportError as error:
+            raise MissingDependencyError(
+                f"model.engine=vllm needs vLLM on a CUDA machine: pip install -e '.[vllm]' ({error})"
+            ) from None
 
         self._params = VLLMSamplingParams
         args = {"gpu_memory_utilization": 0.4, "enable_prefix_caching": True, "logprobs_mode": "processed_logprobs",

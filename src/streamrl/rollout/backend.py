@@ -101,8 +101,10 @@ class WorkerSpec:
     engine: str = "hf"
     #: torch threads of a worker's engine
     engine_threads: int | None = 1
-    #: Ray CPUs each worker reserves
+    #: Ray CPUs and GPUs each worker reserves (Ray shows a worker only the GPUs it reserved;
+    #: a fraction lets workers share one)
     worker_cpus: float = 1.0
+    worker_gpus: float = 0.0
     seed: int = 0
 
     def make_env(self) -> Env | AsyncEnv:

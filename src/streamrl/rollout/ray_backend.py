@@ -142,14 +142,16 @@ class RayBackend:
         if not ray.is_initialized():
             ray.init(address=os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False, log_to_driver=False)
             self._owns_ray = True
-        cpus = ray.cluster_resources().get("CPU", 0.0)
-        needed = self._count * self.spec.worker_cpus
-        if needed > cpus:
-            raise RolloutError(
-                f"rollout.workers={self._count} needs {needed:g} CPUs of the Ray cluster, which has {cpus:g}"
-            )
+        resources = ray.cluster_resources()
+        for name, each in (("CPU", self.spec.worker_cpus), ("GPU", self.spec.worker_gpus)):
+            needed, has = self._count * each, resources.get(name, 0.0)
+            if needed > has:
+                raise RolloutError(
+                    f"rollout.workers={self._count} needs {needed:g} {name}s of the Ray cluster, which has {has:g}"
+                )
         self._ref = ray.put(self._weights())
-        actor = ray.remote(RolloutWorker).options(num_cpus=self.spec.worker_cpus, max_restarts=-1, max_task_retries=0)
+        actor = ray.remote(RolloutWorker).options(num_cpus=self.spec.worker_cpus, num_gpus=self.spec.worker_gpus,
+                                                  max_restarts=-1, max_task_retries=0)
         self._workers = [_Worker(f"worker-{i}", actor.remote(self.spec, self._slots)) for i in range(self._count)]
         try:  # construction errors surface here, once, rather than as lost episodes
             await asyncio.gather(*(w.handle.sync.remote(self._version, [self._ref]) for w in self._workers))
@@ -162,7 +164,8 @@ class RayBackend:
         self._version = version
         self._ref = ray.put(self._weights())  # one copy in the object store, whatever the worker count
         for worker in self._workers:
-            worker.handle.sync.remote(version, [self._ref])  # a dead one catches up at its next play
+            if not worker.down:  # one that is down catches up at its next play
+                worker.handle.sync.remote(version, [self._ref])
 
     async def play(self, record: DispatchRecord) -> tuple[Trajectory, str]:
         avoid: set[str] = set()

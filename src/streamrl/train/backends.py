@@ -19,6 +19,7 @@ def worker_spec(config: Config, episode: EpisodeSettings, engine_threads: int | 
                "threads": engine_threads, "seed": config.train.seed, "model_overrides": model.overrides or None},
         env=env.name, env_options=env.options, parser_options=env.parser, prompt_options=env.prompt,
         episode=episode, engine=model.engine, engine_threads=engine_threads, seed=config.train.seed,
+        worker_gpus=1.0 if model.device.startswith("cuda") else 0.0,
     )
 
 
