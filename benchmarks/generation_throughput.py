@@ -6,8 +6,10 @@ static left-padded batch (the simplest batched alternative to the engine). The e
 concurrent requests (each its own coroutine, like rollout episodes) with distinct prompts of about
 the same length; throughput is generated tokens per second of wall time, prefill included. Ratios
 are engine / baseline measured in the same process; each point is the best of ``--repeats`` runs,
-which filters out most of the noise other processes cause on a shared machine (rerun when the
-numbers matter). ``--threads`` applies to every side; each side runs in its own thread (see
+which filters out some of the noise other processes cause on a shared machine (rerun when the
+numbers matter). Every rate is also given per CPU-second of this process (``cpu_`` ratios): each
+side computes in one thread while the others wait, so these ratios do not move with the load
+other jobs put on a shared machine (on a quiet one they equal the wall-clock ratios). ``--threads`` applies to every side; each side runs in its own thread (see
 ``in_thread``). ``--dtype auto`` (the default) picks by the processor and prints what and why.
 
 Usage:
@@ -15,8 +17,8 @@ Usage:
         [--dtype auto|bfloat16|float32] [--threads N] [--tokens N] [--concurrency 1,4,16,64]
 
 The last line is ``RESULT speedup=<smollm2 engine / batch-1 generate at the highest concurrency>
-hf_batched_speedup=<smollm2 engine / static batched generate> tiny_speedup=... ...`` (the
-headline falls back to the tiny figures when SmolLM2 is not run).
+hf_batched_speedup=<smollm2 engine / static batched generate> cpu_speedup=... cpu_hf_batched_speedup=...
+tiny_speedup=... ...`` (the headline falls back to the tiny figures when SmolLM2 is not run).
 """
 
 from __future__ import annotations
@@ -59,9 +61,27 @@ def in_thread(threads: int, work, *args):
     return box["result"]
 
 
-def generate_tokens_per_s(policy, prompts: list[list[int]], tokens: int, repeats: int) -> float:
+class Rate:
+    """Best generated tokens per second of wall time and per CPU-second over timed runs."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = 0.0
+        self._start = (0.0, 0.0)
+
+    def start(self) -> None:
+        self._start = (time.perf_counter(), time.process_time())
+
+    def stop(self, tokens: int) -> None:
+        wall, cpu = time.perf_counter() - self._start[0], time.process_time() - self._start[1]
+        self.wall, self.cpu = max(self.wall, tokens / wall), max(self.cpu, tokens / max(cpu, 1e-9))
+
+    def __str__(self) -> str:
+        return f"{self.wall:8.1f} tok/s ({self.cpu:8.1f} per CPU-s)"
+
+
+def generate_tokens_per_s(policy, prompts: list[list[int]], tokens: int, repeats: int) -> Rate:
     """Plain ``generate`` over ``prompts`` as one static left-padded batch (batch size 1 for one
-    prompt), sampling, forced to ``tokens`` new tokens; generated tokens per second (best run)."""
+    prompt), sampling, forced to ``tokens`` new tokens."""
     model = policy.model.eval()
     width = max(map(len, prompts))
     ids = torch.full((len(prompts), width), policy.tokenizer.pad_token_id, dtype=torch.long)
@@ -70,26 +90,25 @@ def generate_tokens_per_s(policy, prompts: list[list[int]], tokens: int, repeats
         ids[i, width - len(prompt) :] = torch.tensor(prompt)
         mask[i, width - len(prompt) :] = 1
     kwargs = dict(do_sample=True, top_k=0, top_p=1.0, pad_token_id=policy.tokenizer.pad_token_id, attention_mask=mask)
-    best = 0.0
+    rate = Rate()
     with torch.no_grad():
         model.generate(ids[:1], max_new_tokens=2, **{**kwargs, "attention_mask": mask[:1]})  # warm-up
         for _ in range(repeats):
-            start = time.perf_counter()
+            rate.start()
             out = model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, **kwargs)
-            best = max(best, (out.shape[1] - width) * len(prompts) / (time.perf_counter() - start))
-    return best
+            rate.stop((out.shape[1] - width) * len(prompts))
+    return rate
 
 
-async def engine_tokens_per_s(engine: HFEngine, prompts: list[list[int]], tokens: int, concurrency: int) -> float:
+async def engine_tokens_per_s(engine: HFEngine, prompts: list[list[int]], tokens: int, concurrency: int, rate: Rate) -> None:
     sampling = SamplingParams(temperature=1.0, max_new_tokens=tokens)
     requests = [GenerationRequest(f"bench-{concurrency}-{i}", prompts[i], sampling) for i in range(concurrency)]
-    start = time.perf_counter()
+    rate.start()
     results = await asyncio.gather(*(engine.generate(r) for r in requests))
-    elapsed = time.perf_counter() - start
+    rate.stop(sum(len(r.token_ids) for r in results))
     bad = [r for r in results if r.finish_reason != "length"]
     if bad:
         raise RuntimeError(f"engine returned {bad[0].finish_reason}: {bad[0].error}")
-    return sum(len(r.token_ids) for r in results) / elapsed
 
 
 def bench_model(
@@ -106,20 +125,24 @@ def bench_model(
         f"{tokens} new tokens; loaded in {time.perf_counter() - start:.1f} s)"
     )
     single = in_thread(threads, generate_tokens_per_s, policy, prompts[:1], tokens, repeats)
-    print(f"{'generate bs1':>24}: {single:8.1f} tok/s")
+    print(f"{'generate bs1':>24}: {single}")
     batched = in_thread(threads, generate_tokens_per_s, policy, prompts, tokens, repeats)
-    print(f"{f'generate static bs{top}':>24}: {batched:8.1f} tok/s")
+    print(f"{f'generate static bs{top}':>24}: {batched}")
     engine = HFEngine.from_policy(policy, max_batch_size=top, threads=threads)
 
     async def run() -> dict[str, float]:
-        await engine_tokens_per_s(engine, prompts, 4, 2)  # warm-up
-        rate = 0.0
+        await engine_tokens_per_s(engine, prompts, 4, 2, Rate())  # warm-up
         for n in concurrency:
-            rate = max([await engine_tokens_per_s(engine, prompts, tokens, n) for _ in range(repeats)])
-            print(f"{'engine, ' + str(n) + ' concurrent':>24}: {rate:8.1f} tok/s  = {rate / single:5.2f}x bs1")
+            rate = Rate()
+            for _ in range(repeats):
+                await engine_tokens_per_s(engine, prompts, tokens, n, rate)
+            print(f"{'engine, ' + str(n) + ' concurrent':>24}: {rate}  = {rate.wall / single.wall:5.2f}x bs1 "
+                  f"({rate.cpu / single.cpu:5.2f}x per CPU-s)")
         await engine.close()
-        print(f"{'':>24}  engine / static batched generate at {top}: {rate / batched:5.2f}x")
-        return {"speedup": rate / single, "hf_batched_speedup": rate / batched}
+        print(f"{'':>24}  engine / static batched generate at {top}: {rate.wall / batched.wall:5.2f}x "
+              f"({rate.cpu / batched.cpu:5.2f}x per CPU-s)")
+        return {"speedup": rate.wall / single.wall, "hf_batched_speedup": rate.wall / batched.wall,
+                "cpu_speedup": rate.cpu / single.cpu, "cpu_hf_batched_speedup": rate.cpu / batched.cpu}
 
     return asyncio.run(run())
 
@@ -164,7 +187,8 @@ def main() -> None:
         except MissingDependencyError as exc:
             print(f"\n== {spec}: skipped ({exc})")
     headline = results.get("smollm2-135m", results.get("tiny", {}))
-    fields = [f"{key}={headline.get(key, float('nan')):.2f}" for key in ("speedup", "hf_batched_speedup")]
+    keys = ("speedup", "hf_batched_speedup", "cpu_speedup", "cpu_hf_batched_speedup")
+    fields = [f"{key}={headline.get(key, float('nan')):.2f}" for key in keys]
     fields += [f"concurrency={max(concurrency)}", f"tokens={tokens}", f"dtype={dtype}"]
     fields += [f"{spec.split('-')[0]}_{key}={value:.2f}" for spec, ratios in results.items() for key, value in ratios.items()]
     fields.append(f"wall_s={time.perf_counter() - started:.0f}")

@@ -14,8 +14,9 @@ import torch
 T = TypeVar("T")
 #: a prefill group is closed when padding would exceed this share of its tokens
 MAX_PADDING_SHARE = 0.25
-#: shortest common prefix of concurrently admitted prompts worth a forward of its own
-MIN_SHARED_PREFIX = 16
+#: fewest prefill tokens a common prefix of prompts admitted together must save to get a forward
+#: of its own (that forward costs about one row's fixed per-call overhead)
+MIN_SHARED_SAVING = 32
 
 
 def prefill_groups(items: Sequence[T], new_tokens: Callable[[T], int], budget: int) -> list[list[T]]:
@@ -36,25 +37,32 @@ def prefill_groups(items: Sequence[T], new_tokens: Callable[[T], int], budget: i
     return groups
 
 
-def shared_prefixes(prompts: Sequence[Sequence[int]], min_tokens: int = MIN_SHARED_PREFIX) -> list[tuple[int, list[int]]]:
-    """``(length, members)`` for each cluster of at least two distinct prompts that share their
-    first ``length >= min_tokens`` tokens (a system prompt, an episode's instructions); every
-    member keeps at least one token after the prefix. Clusters are runs of the sorted prompts."""
+def shared_prefixes(prompts: Sequence[Sequence[int]]) -> list[tuple[int, list[int]]]:
+    """``(length, members)`` for each group of distinct prompts worth prefilling their common first
+    ``length`` tokens once (a system prompt, an episode's instructions); every member keeps at
+    least one token after it. Groups are runs of the sorted prompts, chosen to save the most
+    prefill tokens (``(members - 1) x length``, at least ``MIN_SHARED_SAVING`` per group)."""
     distinct = sorted({tuple(p) for p in prompts})
-    runs: list[tuple[int, list[tuple[int, ...]]]] = []
-    for previous, prompt in zip(distinct, distinct[1:]):
-        common = _common_length(previous, prompt, min(len(previous), len(prompt)) - 1)
-        if common < min_tokens:
-            continue
-        if runs and runs[-1][1][-1] == previous:
-            length, members = runs[-1]
-            runs[-1] = (min(length, common), [*members, prompt])
-        else:
-            runs.append((common, [previous, prompt]))
+    common = [_common_length(a, b, min(len(a), len(b)) - 1) for a, b in zip(distinct, distinct[1:])]
+    # best[j]: most tokens saved by runs covering distinct[:j]; cut[j]: where the last run starts
+    best, cut = [0] * (len(distinct) + 1), list(range(len(distinct) + 1))
+    for j in range(1, len(distinct) + 1):
+        best[j], cut[j], length = best[j - 1], j - 1, None
+        for i in range(j - 2, -1, -1):  # the run distinct[i:j]
+            length = common[i] if length is None else min(length, common[i])
+            if best[i] + (j - i - 1) * length > best[j]:
+                best[j], cut[j] = best[i] + (j - i - 1) * length, i
     index: dict[tuple[int, ...], list[int]] = {}
     for i, prompt in enumerate(prompts):
         index.setdefault(tuple(prompt), []).append(i)
-    return [(length, [i for p in members for i in index[p]]) for length, members in runs]
+    groups, j = [], len(distinct)
+    while j > 0:
+        i = cut[j]
+        length = min(common[i : j - 1], default=0)
+        if (j - i - 1) * length >= MIN_SHARED_SAVING:
+            groups.append((length, [k for prompt in distinct[i:j] for k in index[prompt]]))
+        j = i
+    return groups[::-1]
 
 
 def layout(news: Sequence[Sequence[int]], lengths: Sequence[int]) -> tuple[torch.Tensor, ...]:
