@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -146,6 +147,14 @@ def test_more_workers_than_the_cluster_has_cpus_is_refused(cluster, policy):
     backend = RayBackend(SPEC, workers=3, concurrency=6, weights=policy.state_dict_for_engine)
     with pytest.raises(RolloutError, match="rollout.workers=3 needs 3 CPUs of the Ray cluster, which has 2"):
         asyncio.run(backend.start(lambda *args, **kwargs: None))
+
+
+def test_a_worker_that_cannot_start_fails_the_start_once_with_its_cause(cluster, policy):
+    backend = RayBackend(dataclasses.replace(SPEC, env="no_such_env"), workers=1, concurrency=2,
+                         weights=policy.state_dict_for_engine)
+    with pytest.raises(RolloutError, match="a Ray rollout worker failed to start: .*unknown environment 'no_such_env'"):
+        asyncio.run(backend.start(lambda *args, **kwargs: None))
+    assert backend.workers == []  # killed again
 
 
 def test_sigkill_then_resume_with_the_ray_backend(cluster, tmp_path):

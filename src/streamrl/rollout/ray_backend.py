@@ -142,6 +142,15 @@ class RayBackend:
         if not ray.is_initialized():
             ray.init(address=os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False, log_to_driver=False)
             self._owns_ray = True
+        try:
+            await self._spawn()
+        except BaseException:
+            await self.close(0.1)  # the Ray it started, and any worker, go with it
+            raise
+        for worker in self._workers:
+            log("worker", worker=worker.name, slots=self._slots)
+
+    async def _spawn(self) -> None:
         resources = ray.cluster_resources()
         for name, each in (("CPU", self.spec.worker_cpus), ("GPU", self.spec.worker_gpus)):
             needed, has = self._count * each, resources.get(name, 0.0)
@@ -156,9 +165,8 @@ class RayBackend:
         try:  # construction errors surface here, once, rather than as lost episodes
             await asyncio.gather(*(w.handle.sync.remote(self._version, [self._ref]) for w in self._workers))
         except RayActorError as error:
-            raise RolloutError(f"a Ray rollout worker failed to start: {error}") from None
-        for worker in self._workers:
-            log("worker", worker=worker.name, slots=self._slots)
+            cause = str(error).strip().splitlines()[-1]  # the exception its constructor raised, last in the traceback
+            raise RolloutError(f"a Ray rollout worker failed to start: {cause}") from None
 
     def publish(self, version: int) -> None:
         self._version = version
