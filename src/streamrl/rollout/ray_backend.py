@@ -63,9 +63,6 @@ class RolloutWorker:
     def pid(self) -> int:
         return os.getpid()
 
-    async def version(self) -> int:
-        return self._engine.version
-
     async def sync(self, version: int, weights: list[Any]) -> int:
         """Hand weights ``version`` (``weights[0]``: its object reference) to the engine, unless it
         already has that version or a newer one; returns the engine's version."""
