@@ -332,10 +332,10 @@ def test_the_code_runs_unprivileged_with_no_capabilities_and_no_new_privs():
 
 def test_refuses_to_run_when_no_safe_level_works(monkeypatch):
     """Where the kernel cannot give the default level, the sandbox refuses, it never runs weaker."""
-    from streamrl.sandbox import _confine
+    from streamrl.sandbox import _syscalls
     from streamrl.sandbox import isolation as iso
 
-    monkeypatch.setattr(_confine, "SYSCALLS", None)  # e.g. an architecture without a table
+    monkeypatch.setattr(_syscalls, "SYSCALLS", None)  # e.g. an architecture without a table
     monkeypatch.setattr(iso.shutil, "which", lambda _name: None)  # and no bwrap
     iso.available_isolations.cache_clear()
     try:

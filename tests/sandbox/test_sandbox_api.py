@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import sys
+from pathlib import Path
 
 import psutil
 import pytest
@@ -16,7 +19,7 @@ from streamrl.sandbox import (
     resolve_isolation,
     run_python,
 )
-from streamrl.sandbox._child import compile_cell
+from streamrl.sandbox._run_code import compile_cell
 
 from .leaks import BEST_LEVEL, LEVELS_HERE, SAFE_HERE, alive
 
@@ -67,6 +70,23 @@ def test_compile_cell_splits_only_a_final_bare_expression():
     assert eval(last, namespace) == 2
     assert compile_cell("a = 1", "<t>", echo_last_expr=True)[1] is None
     assert compile_cell("a = 1\na", "<t>", echo_last_expr=False)[1] is None
+
+
+def test_the_bootstrap_modules_import_only_the_standard_library_and_the_ones_before_them():
+    """The sandboxed interpreter cannot import streamrl, and there a relative import finds only
+    the modules the bootstrap registered before it (``CHILD_MODULES`` order)."""
+    from streamrl.sandbox.launch import CHILD_MODULES
+
+    registered: set[str] = set()
+    for module in CHILD_MODULES:
+        for node in ast.walk(ast.parse(Path(module.__file__).read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                names = {node.module} if node.module else {alias.name for alias in node.names}
+                assert names <= registered, (module.__name__, names - registered)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = {node.module} if isinstance(node, ast.ImportFrom) else {alias.name for alias in node.names}
+                assert {name.split(".")[0] for name in names} <= sys.stdlib_module_names, (module.__name__, names)
+        registered.add(module.__name__.rpartition(".")[2])
 
 
 def test_numeric_libraries_and_unicode_work_inside():

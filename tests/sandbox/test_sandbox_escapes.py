@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from streamrl.sandbox import SandboxLimits, arun_python, max_concurrency, run_python
@@ -289,11 +290,23 @@ def test_at_the_default_level_the_code_dies_soon_after_its_parent_does(tmp_path)
         env={**os.environ, "TMPDIR": str(helper_tmp)},
         stderr=subprocess.DEVNULL,
     )
+    def sleeping_code() -> list:
+        # the helper first probes the kernel level, a run as a sandbox uid too that ends at once
+        # (caught alone, it would end the wait and be gone at the check); the code lives longer
+        found = []
+        for proc in sandbox_uid_processes():
+            try:
+                if time.time() - proc.create_time() > 2.0:
+                    found.append(proc)
+            except psutil.NoSuchProcess:
+                continue
+        return found
+
     try:
         deadline = time.monotonic() + 30
-        while not sandbox_uid_processes() and time.monotonic() < deadline:
+        while not sleeping_code() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert sandbox_uid_processes(), "the sandboxed code never started"
+        assert sleeping_code(), "the sandboxed code never started"
     finally:
         helper.kill()
         helper.wait()

@@ -174,9 +174,9 @@ def _has_memory_cgroup() -> bool:
 
 
 def _kernel_possible() -> bool:
-    from streamrl.sandbox import _confine
+    from streamrl.sandbox import _syscalls
 
-    return os.geteuid() == 0 and _confine.SYSCALLS is not None and sys.platform.startswith("linux")
+    return os.geteuid() == 0 and _syscalls.SYSCALLS is not None and sys.platform.startswith("linux")
 
 
 def _candidates() -> list[Isolation]:
@@ -286,7 +286,8 @@ def allow_weak() -> bool:
 
 def describe(isolation: Isolation) -> str:
     """One line: the level and what holds at it on this machine."""
-    from streamrl.sandbox import _confine
+    from streamrl.sandbox._landlock import landlock_abi
+    from streamrl.sandbox._seccomp import seccomp_available
     from streamrl.sandbox.cgroup import cgroup_description
 
     if isolation.confine:
@@ -304,9 +305,9 @@ def describe(isolation: Isolation) -> str:
     else:
         parts = ["WEAK: host filesystem and host /proc visible; the code has the trainer's uid and capabilities"]
     if isolation.harden:
-        abi = _confine.landlock_abi()
+        abi = landlock_abi()
         parts.append(f"Landlock ABI {abi}" if abi else "no Landlock (kernel lacks it)")
-        parts.append("seccomp filter" if _confine.seccomp_available() else "no seccomp (kernel lacks it)")
+        parts.append("seccomp filter" if seccomp_available() else "no seccomp (kernel lacks it)")
     parts.append(cgroup_description())
     if isolation.confine and "memory" not in cgroup_description():
         parts.append("group memory by the PID 1 watchdog (no memory cgroup)")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from streamrl.sandbox import _child, _confine
+from streamrl.sandbox import _child, _confine, _frames, _landlock, _lockdown, _run_code, _seccomp, _syscalls
 from streamrl.sandbox.cgroup import RunCgroup
 from streamrl.sandbox.isolation import Isolation, interpreter_binds
 from streamrl.sandbox.limits import SandboxLimits
@@ -37,23 +37,41 @@ def _spawner_thread() -> concurrent.futures.ThreadPoolExecutor:
     return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamrl-sandbox-spawner")
 
 
+#: the modules the sandboxed interpreter runs, each after the ones it imports (a relative import
+#: finds only those registered before it)
+CHILD_MODULES = (_syscalls, _seccomp, _landlock, _confine, _frames, _lockdown, _run_code, _child)
+#: the package the bootstrap registers them in: the sandboxed interpreter cannot import
+#: ``streamrl``, so the bootstrap carries their source
+CHILD_PACKAGE = "_sbx"
+
+_BOOTSTRAP_LOADER = """\
+import sys, types
+
+
+def _load(package_name, sources):
+    package = types.ModuleType(package_name)
+    package.__path__ = []  # a package whose only submodules are the ones registered here
+    sys.modules[package_name] = package
+    for name, source in sources:
+        module = types.ModuleType(f"{package_name}.{name}")
+        module.__package__ = package_name  # so that relative imports resolve here
+        sys.modules[module.__name__] = module
+        exec(compile(source, f"{name}.py", "exec"), module.__dict__)
+        setattr(package, name, module)
+"""
+
+
 @functools.lru_cache(maxsize=1)
 def _child_source() -> str:
-    """The bootstrap: ``_confine.py`` as the module ``_sbx_confine``, then ``_child.py``."""
-    confine = Path(_confine.__file__).read_text(encoding="utf-8")
-    child = Path(_child.__file__).read_text(encoding="utf-8")
-    prelude = (
-        "import sys as _s, types as _t\n"
-        f"_m = _t.ModuleType({_child.CONFINE_MODULE!r})\n"
-        f"exec(compile({confine!r}, '_confine.py', 'exec'), _m.__dict__)\n"
-        "_s.modules[_m.__name__] = _m\n"
-        "del _s, _t, _m\n"
+    """The bootstrap: every module of ``CHILD_MODULES`` as ``_sbx.<name>``, then ``_child.main()``."""
+    sources = tuple(
+        (module.__name__.rpartition(".")[2], Path(module.__file__).read_text(encoding="utf-8")) for module in CHILD_MODULES
     )
-    future = "from __future__ import annotations\n"
-    head, sep, tail = child.partition(future)
-    if not sep:
-        return prelude + child
-    return head + sep + prelude + tail
+    return (
+        _BOOTSTRAP_LOADER
+        + f"_load({CHILD_PACKAGE!r}, {sources!r})\n"
+        + f"sys.modules[{CHILD_PACKAGE + '._child'!r}].main()\n"
+    )
 
 
 #: the ``kernel`` level's dedicated uids (and gids): one per run, never 0, never a real user's

@@ -6,7 +6,8 @@ import signal
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from streamrl.sandbox._child import BOOTSTRAP_FAILURE_EXIT_CODE, MEMORY_EXIT_CODE
+from streamrl.sandbox._child import BOOTSTRAP_FAILURE_EXIT_CODE
+from streamrl.sandbox._run_code import MEMORY_EXIT_CODE
 
 Status = Literal["ok", "error", "timeout", "memory", "output_limit", "crashed"]
 #: why the parent killed a run itself

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any
 
-from streamrl.sandbox._child import FRAME_HEADER, MAX_FRAME_BYTES, decode_payload, encode_frame
+from streamrl.sandbox._frames import FRAME_HEADER, MAX_FRAME_BYTES, decode_payload, encode_frame
 from streamrl.sandbox.gate import GATE
 from streamrl.sandbox.isolation import resolve_isolation
 from streamrl.sandbox.launch import Launch, prepare_launch
