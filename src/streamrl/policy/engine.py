@@ -4,7 +4,8 @@ Many coroutines call ``generate`` at once; requests queue up and one worker thre
 so the event loop never blocks on a forward pass (torch releases the GIL). The worker drives a
 ``DecodeLoop``: continuous batching over a slot-major KV slab, requests admitted into free slots
 between decode steps, the KV of finished sequences kept so a prompt that extends one (a
-full-history episode's next turn) prefills only its new tokens, logits only at the last position,
+full-history episode's next turn) prefills only its new tokens, the common prefix of prompts
+admitted together (a system prompt) prefilled once and kept, logits only at the last position,
 our own sampling with behaviour log-probs and banned ids (SAPO value tokens) masked out. Results
 come back to each caller's event loop.
 
@@ -54,8 +55,9 @@ class HFEngine:
         banned_token_ids: never sampled (SAPO value tokens, vocabulary padding).
         max_batch_size: rows decoded together at most.
         prefill_token_budget: most (padded) prompt tokens in one prefill forward.
-        prefix_cache_tokens: most tokens of finished sequences whose KV is kept, so that a prompt
-            extending one (the next turn of a full-history episode) prefills only its new tokens.
+        prefix_cache_tokens: most tokens of finished sequences (and shared prompt prefixes) whose
+            KV is kept, so that a prompt extending one (the next turn of a full-history episode)
+            prefills only its new tokens.
         version: the policy version of ``model``'s weights.
         seed: seeds sampling for requests without their own ``SamplingParams.seed``.
         threads: torch intra-op threads of the worker thread only (OpenMP keeps the setting per
