@@ -8,9 +8,10 @@ the same length; throughput is generated tokens per second of wall time, prefill
 are engine / baseline measured in the same process; each point is the best of ``--repeats`` runs,
 which filters out some of the noise other processes cause on a shared machine (rerun when the
 numbers matter). Every rate is also given per CPU-second of this process (``cpu_`` ratios): each
-side computes in one thread while the others wait, so these ratios do not move with the load
-other jobs put on a shared machine (on a quiet one they equal the wall-clock ratios). ``--threads`` applies to every side; each side runs in its own thread (see
-``in_thread``). ``--dtype auto`` (the default) picks by the processor and prints what and why.
+side computes in one thread while the others wait, so these ratios move much less with the load
+other jobs put on a shared machine (they still share caches and memory bandwidth; on a quiet
+machine they equal the wall-clock ratios). ``--threads`` applies to every side; each side runs in
+its own thread (see ``in_thread``). ``--dtype auto`` (the default) picks by the processor and prints what and why.
 
 Usage:
     python benchmarks/generation_throughput.py [--quick] [--model tiny|smollm2-135m|all]

@@ -2,8 +2,8 @@
 
 ``admit`` prefills new requests (grouped by similar prompt length, left-padded, logits only at the
 last position, after a reused prefix: a kept sequence they extend, or the common prefix of
-prompts admitted together, computed once), samples their first token and drops them into free slots; ``step`` advances every
-live row by one token. Finished rows free their slot immediately and a new request can take it at
+prompts admitted together, computed once), samples their first token and drops them into free
+slots; ``step`` advances every live row by one token. Finished rows free their slot immediately and a new request can take it at
 the next ``admit``, so one long answer never holds a batch of short ones hostage. Results are
 handed to each request's ``on_done`` callback. Single-threaded: ``HFEngine`` drives it from its
 worker thread.
