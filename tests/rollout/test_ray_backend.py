@@ -158,20 +158,14 @@ def test_a_worker_that_cannot_start_fails_the_start_once_with_its_cause(cluster,
     assert backend.workers == []  # killed again
 
 
-def test_sigkill_then_resume_with_the_ray_backend(cluster, tmp_path):
+def test_sigkill_then_resume_with_the_ray_backend(cluster, tmp_path, sigkill_at_checkpoint):
     out = tmp_path / "run"
     args = [sys.executable, "-m", "streamrl", "train", "--out", str(out), "--config", "configs/smoke.yaml",
             "--algo", "grpo", "rollout.backend=ray", "rollout.workers=1", "train.steps=3", "train.checkpoint_every=1",
             "train.eval_at_start=false", "env.eval_tasks=2", "sft.demos=0"]
     env = {**os.environ, "RAY_ADDRESS": cluster}
     first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    deadline = time.monotonic() + 120
-    while not (out / "checkpoints" / "step_00000001" / "manifest.json").exists():
-        assert first.poll() is None, first.stdout.read()
-        assert time.monotonic() < deadline, "no checkpoint at step 1 in time"
-        time.sleep(0.05)
-    os.kill(first.pid, signal.SIGKILL)
-    first.wait()
+    sigkill_at_checkpoint(first, out, step=1, timeout=120)
     second = subprocess.run([*args, "--resume"], capture_output=True, text=True, env=env, timeout=180)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "resume: continuing from step_0000000" in second.stdout

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from streamrl.rollout import read_events, replay
@@ -30,17 +27,10 @@ def _train(out: Path, *extra: str) -> subprocess.Popen:
     )
 
 
-def test_sigkill_then_resume_continues_exactly(tmp_path):
+def test_sigkill_then_resume_continues_exactly(tmp_path, sigkill_at_checkpoint):
     out = tmp_path / "run"
-    first = _train(out)
-    deadline = time.monotonic() + 240
     # kill as soon as the step-4 checkpoint exists: the process is then inside step 5 or 6
-    while not (out / "checkpoints" / "step_00000004" / "manifest.json").exists():
-        assert first.poll() is None, first.stdout.read()
-        assert time.monotonic() < deadline, "no checkpoint at step 4 in time"
-        time.sleep(0.05)
-    os.kill(first.pid, signal.SIGKILL)
-    first.wait()
+    sigkill_at_checkpoint(_train(out), out, step=4, timeout=240)
     killed_steps = [r["step"] for r in read_metrics(out / "metrics.jsonl", "train")]
     assert killed_steps[:4] == [1, 2, 3, 4]
 
