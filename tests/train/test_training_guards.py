@@ -33,8 +33,8 @@ register("dead_coin", DeadEnv, AnyText, CoinPrompt, overwrite=True)
 def test_a_dead_environment_stops_training_with_one_line(tmp_path, capsys):
     args = ["train", "--config", "configs/smoke.yaml", "--algo", "spo++", "--out", str(tmp_path / "run"),
             "env.name=dead_coin", "env.prompt={}", "env.parser={}", "sft.demos=0", "train.eval_at_start=false",
-            "rollout.max_new_tokens=6", "train.steps=3", *QUIET]
-    assert cli.main(args) == 1
+            "rollout.max_new_tokens=6", "train.steps=3", "model.dtype=float32", *QUIET]
+    assert cli.main(args) == 1  # an explicit dtype: `auto` announces its choice once per process
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert "'dead_coin'" in err and "no such task" in err and "in a row" in err
