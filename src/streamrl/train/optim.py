@@ -24,7 +24,7 @@ _IMPLEMENTATION_KEYS = ("fused", "foreach")
 def adamw(parameters: Iterable[torch.nn.Parameter], *, lr: float, betas: tuple[float, float] = (0.9, 0.999),
           weight_decay: float = 0.0) -> torch.optim.AdamW:
     """AdamW with the fused kernel where this torch build has it for the parameters' device and
-    dtype (on CPU about 3.5x faster than the default foreach step, same update up to rounding),
+    dtype (on CPU about 3x faster than the default foreach step, same update up to rounding),
     the default implementation otherwise."""
     parameters = list(parameters)
     settings = {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay}
