@@ -36,6 +36,7 @@ from streamrl.policy import load_policy  # noqa: E402
 from streamrl.policy.dtype_choice import processor_name  # noqa: E402
 from streamrl.policy.errors import MissingDependencyError  # noqa: E402
 from streamrl.policy.scoring import forward_for_loss  # noqa: E402
+from streamrl.train.optim import adamw  # noqa: E402
 
 
 def matmul_gflops(m: int, k: int, n: int, repeats: int = 5) -> float:
@@ -78,7 +79,7 @@ def bench_model(spec: str, rows: int, shortest: int, longest: int, micro: int, p
     ids, attention, action = make_batch(config.vocab_size, rows, shortest, longest)
     order = attention.sum(-1).argsort().tolist()  # similar lengths together, as micro_batches does
     micros = [order[i : i + micro] for i in range(0, rows, micro)]
-    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-6)
+    optimizer = adamw(policy.trainable_parameters(), lr=1e-6)  # the learner's
     model.train()
 
     def update(parts: list[list[int]]) -> None:

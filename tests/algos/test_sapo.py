@@ -126,6 +126,18 @@ def test_action_log_probs_and_entropy_match_reference_across_chunks(monkeypatch,
     torch.testing.assert_close(grad, logits.grad)
 
 
+def test_entropy_at_a_minus_inf_logit_is_that_of_the_other_ids():
+    logits = torch.tensor([[0.5, -float("inf"), 1.0, 2.0, -1.0]], dtype=torch.float64, requires_grad=True)
+    ent = entropy(logits, (3,))
+    ent.sum().backward()
+    finite = torch.tensor([[0.5, 1.0, -1.0]], dtype=torch.float64, requires_grad=True)
+    expected = entropy(finite)
+    expected.sum().backward()
+    torch.testing.assert_close(ent, expected)
+    assert logits.grad[0, 1] == 0 and logits.grad[0, 3] == 0
+    torch.testing.assert_close(logits.grad[:, [0, 2, 4]], finite.grad)
+
+
 def test_action_log_prob_functions_pass_gradcheck():
     logits = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
     tokens = torch.tensor([0, 2, 5, 4])

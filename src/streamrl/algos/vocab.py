@@ -90,15 +90,9 @@ class _ActionLogProbs(torch.autograd.Function):
 class _ActionEntropy(torch.autograd.Function):
     """``[N, V]`` logits -> ``[N]`` entropy of the softmax over the non-excluded ids.
 
-    ``H = lse - E_p[z]`` and ``dH/dz_k = -p_k (z_k - E_p[z])`` (zero where ``p_k = 0``).
+    ``H = lse - E_p[z]`` and ``dH/dz_k = p_k (E_p[z] - z_k)`` times the incoming gradient, zero
+    where ``p_k = 0``. Each chunk is a few in-place passes over one copy (the step is memory-bound).
     """
-
-    @staticmethod
-    def _probs_and_logits(chunk: torch.Tensor, excluded: torch.Tensor, lse: torch.Tensor):
-        probs = (_mask_chunk(chunk, excluded) - lse[:, None]).exp()
-        # where p == 0 (excluded or -inf logits) the product is defined as 0, never 0 * inf
-        weighted = torch.where(probs > 0, probs * chunk, torch.zeros_like(chunk))
-        return probs, weighted
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, excluded: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
@@ -107,8 +101,12 @@ class _ActionEntropy(torch.autograd.Function):
         mean_logit = torch.empty_like(lse)
         for rows in _row_chunks(*logits.shape):
             chunk = logits[rows].to(dtype)
-            lse[rows] = torch.logsumexp(_mask_chunk(chunk, excluded), dim=-1)
-            mean_logit[rows] = _ActionEntropy._probs_and_logits(chunk, excluded, lse[rows])[1].sum(-1)
+            weights = _mask_chunk(chunk, excluded)  # a fresh chunk copy
+            shift = weights.amax(dim=-1)
+            weights.sub_(shift[:, None]).exp_()  # unnormalised probabilities
+            total = weights.sum(dim=-1)
+            lse[rows] = shift + total.log()
+            mean_logit[rows] = _weighted_sums(weights, chunk) / total
         ctx.save_for_backward(logits, excluded, lse, mean_logit)
         return lse - mean_logit
 
@@ -118,11 +116,21 @@ class _ActionEntropy(torch.autograd.Function):
         grad = torch.empty_like(logits)
         for rows in _row_chunks(*logits.shape):
             chunk = logits[rows].to(lse.dtype)
-            probs, weighted = _ActionEntropy._probs_and_logits(chunk, excluded, lse[rows])
-            # -p (z - E[z]), written as p E[z] - p z so that p == 0 gives exactly 0
-            local = probs * mean_logit[rows, None] - weighted
-            grad[rows] = (grad_out[rows, None] * local).to(grad.dtype)
+            probs = _mask_chunk(chunk, excluded).sub_(lse[rows, None]).exp_()
+            # E[z] - z is +inf at a -inf logit, where p == 0: capped, the product is exactly 0
+            spread = (mean_logit[rows, None] - chunk).clamp_(max=torch.finfo(lse.dtype).max)
+            grad[rows] = probs.mul_(spread).mul_(grad_out[rows, None]).to(grad.dtype)
         return grad, None
+
+
+def _weighted_sums(weights: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """Row sums of ``weights * logits`` ``[N, V]``, in place on ``weights``; a term whose weight is
+    0 counts 0, even at a -inf logit (where the product is nan)."""
+    terms = weights.mul_(logits)
+    sums = terms.sum(dim=-1)
+    if bool(sums.isnan().any()):
+        sums = terms.masked_fill_(terms.isnan(), 0.0).sum(dim=-1)
+    return sums
 
 
 def action_log_probs(

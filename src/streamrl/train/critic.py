@@ -18,7 +18,7 @@ import torch
 from streamrl.algos import value_loss
 from streamrl.policy.modeling import decoder_and_head, enable_gradient_checkpointing, position_ids_from_mask
 from streamrl.train.batch import Batch, position_chunks
-from streamrl.train.optim import check_finite_value, clip_and_step
+from streamrl.train.optim import adamw, check_finite_value, clip_and_step, load_optimizer_state
 
 
 @dataclass
@@ -71,7 +71,7 @@ class CriticUpdater:
         self.model = Critic(policy)
         if gradient_checkpointing:
             enable_gradient_checkpointing(self.model.decoder)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=tuple(betas), weight_decay=weight_decay)
+        self.optimizer = adamw(self.model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
         self.grad_clip = grad_clip
         self.micro_batch_size = micro_batch_size
         self.epochs = epochs
@@ -115,4 +115,4 @@ class CriticUpdater:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["critic"])
-        self.optimizer.load_state_dict(state["critic_optimizer"])
+        load_optimizer_state(self.optimizer, state["critic_optimizer"])

@@ -36,7 +36,7 @@ from streamrl.train.batch import (
     split_rows,
 )
 from streamrl.train.config import OptimConfig, RewardConfig
-from streamrl.train.optim import check_finite_loss, clip_and_step
+from streamrl.train.optim import adamw, check_finite_loss, clip_and_step, load_optimizer_state
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,7 @@ class Learner:
         if settings.gradient_checkpointing:
             enable_gradient_checkpointing(self.model)
         optim = settings.optim
-        self.optimizer = torch.optim.AdamW(
-            policy.trainable_parameters(), lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay,
-        )
+        self.optimizer = adamw(policy.trainable_parameters(), lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay)
         #: trained beside the actor (PPO's), or None
         self.critic = algorithm.critic
         self.steps_done = 0
@@ -102,7 +100,7 @@ class Learner:
         return {"optimizer": self.optimizer.state_dict(), **(self.critic.state_dict() if self.critic else {})}
 
     def load_tensor_state(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
         if self.critic is not None:
             self.critic.load_state_dict(state)
 

@@ -1,4 +1,5 @@
-"""The one optimiser step every update uses (actor, PPO's critic, SFT), and the non-finite guard.
+"""The optimiser every update builds (``adamw``) and the one step it takes (actor, PPO's critic,
+SFT), and the non-finite guard.
 
 Gradients are accumulated by the caller (``loss.backward()`` per micro-batch, each loss already a
 share of the global mean); ``clip_and_step`` then clips, steps and clears them. With ``step`` given,
@@ -14,6 +15,33 @@ from typing import Any, Iterable
 import torch
 
 from streamrl.train.errors import NonFiniteError
+
+
+#: how AdamW runs its step: an implementation choice of this build, never a checkpoint's
+_IMPLEMENTATION_KEYS = ("fused", "foreach")
+
+
+def adamw(parameters: Iterable[torch.nn.Parameter], *, lr: float, betas: tuple[float, float] = (0.9, 0.999),
+          weight_decay: float = 0.0) -> torch.optim.AdamW:
+    """AdamW with the fused kernel where this torch build has it for the parameters' device and
+    dtype (on CPU about 3x faster than the default foreach step, same update up to rounding),
+    the default implementation otherwise."""
+    parameters = list(parameters)
+    settings = {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay}
+    try:
+        return torch.optim.AdamW(parameters, fused=True, **settings)
+    except (RuntimeError, ValueError):  # no fused kernel for this device or dtype
+        return torch.optim.AdamW(parameters, **settings)
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """``optimizer.load_state_dict`` that keeps this optimiser's implementation (fused or not):
+    torch takes it from the checkpoint's groups, which would turn the fused step off when resuming
+    an older checkpoint, or on under a build without the kernel."""
+    kept = [{key: group[key] for key in _IMPLEMENTATION_KEYS if key in group} for group in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, implementation in zip(optimizer.param_groups, kept):
+        group.update(implementation)
 
 
 def clip_and_step(

@@ -29,7 +29,7 @@ from streamrl.policy.scoring import forward_for_loss
 from streamrl.rollout import Trajectory
 from streamrl.train.batch import collate, micro_batches
 from streamrl.train.config import Config
-from streamrl.train.optim import clip_and_step
+from streamrl.train.optim import adamw, clip_and_step
 from streamrl.rollout.evaluate import run_episodes
 from streamrl.train.evaluate import episode_runner, episode_settings
 
@@ -174,7 +174,7 @@ def behaviour_cloning(config: Config, policy: Any, demos: list[Trajectory], log:
     model = policy.model
     if config.model.gradient_checkpointing:
         enable_gradient_checkpointing(model)
-    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=sft.lr, weight_decay=optim.weight_decay)
+    optimizer = adamw(policy.trainable_parameters(), lr=sft.lr, weight_decay=optim.weight_decay)
     rng = random.Random(config.train.seed)
     step, metrics = 0, {}
     model.train()
