@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from streamrl.policy.api import FinishReason, GenerationRequest, GenerationResult
+from streamrl.policy.fused_forward import FusedDecoder
 from streamrl.policy.kv_cache import PrefillCache, PrefixStore, SlabCache
 from streamrl.policy.modeling import cache_argument, decoder_and_head
 from streamrl.policy.prefill import layout, prefill_groups, prefix_past, shared_prefixes
@@ -62,6 +63,7 @@ class DecodeLoop:
         self.model = model
         self.decoder, self.head = decoder_and_head(model)
         self._cache_arg = cache_argument(self.decoder)
+        self._fused = FusedDecoder.build(model)  # None: transformers' forward
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.vocab_size = self.head.weight.shape[0]
         self.max_positions = int(getattr(config, "max_position_embeddings", 1 << 30))
@@ -179,7 +181,8 @@ class DecodeLoop:
             input_ids, mask, positions, _ = layout([tokens], [length])
             cache = PrefillCache(self.num_layers)
             self._forward(input_ids, mask[:, None], positions, cache)
-            keys, values = [k[0] for k in cache.keys], [v[0] for v in cache.values]
+            # own storage: a view would pin the whole forward's q/k/v output
+            keys, values = [k[0].clone() for k in cache.keys], [v[0].clone() for v in cache.values]
             self.prefixes.keep(tokens, keys, values, shared=True)
             self.stats["prefill_tokens"] += length
             for i in members:
@@ -209,18 +212,20 @@ class DecodeLoop:
         self._make_room(len(continuing), width)
         free = [s for s in range(self.slab.slots) if s not in self.rows]
         rows_of = {id(row): i for i, row in enumerate(group)}
-        pick = torch.tensor([source[rows_of[id(row)]] for row in continuing], device=self.device)
-        kept = PrefillCache(self.num_layers)
-        kept.keys = [k[pick] for k in cache.keys]
-        kept.values = [v[pick] for v in cache.values]
+        pick = [source[rows_of[id(row)]] for row in continuing]
         slots = free[: len(continuing)]
         for row, slot in zip(continuing, slots):
             row.slot = slot
             self.rows[slot] = row
-        self.slab.write_prefill(slots, kept, [len(r.request.prompt_ids) for r in continuing])
+        same = pick == list(range(len(distinct)))  # every distinct prompt goes on, once, in order
+        self.slab.write_prefill(slots, cache, [len(r.request.prompt_ids) for r in continuing],
+                                None if same else torch.tensor(pick, device=self.device))
 
     def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
-        """The decoder's last hidden states over explicit ids, 4D bool mask and positions."""
+        """The decoder's last hidden states over explicit ids, 4D bool mask and positions (only
+        the last position's are meaningful, and all ``FusedDecoder`` returns)."""
+        if self._fused is not None:
+            return self._fused(input_ids.to(self.device), mask.to(self.device), positions.to(self.device), cache)
         return self.decoder(
             input_ids=input_ids.to(self.device),
             attention_mask=mask.to(self.device),

@@ -98,9 +98,11 @@ class PrefillCache:
         return key, value
 
     def _join(self, past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-        width = new.shape[2]
-        tail = torch.where(self._pad[:, None, :, None], past[:, :, -width:], new.to(past.dtype))
-        return torch.cat([past[:, :, :-width], tail], dim=2)
+        """``new`` written into ``past``'s last columns in place (the past is this forward's own):
+        a second full-width copy per layer would be fresh memory, slow to touch on a VM."""
+        tail = past[:, :, -new.shape[2] :]
+        tail.copy_(torch.where(self._pad[:, None, :, None], tail, new.to(past.dtype)))
+        return past
 
 
 class PrefixStore:
@@ -192,8 +194,11 @@ class SlabCache:
         index = keep.to(self.device)
 
         def moved(old: torch.Tensor | None) -> torch.Tensor:
-            # zeros, not empty: masked columns still enter the probs @ V product, and 0 * NaN = NaN
-            fresh = torch.zeros(slots, self.kv_heads, capacity, self.head_dim, dtype=self.dtype, device=self.device)
+            # columns before the write column are zeroed: masked ones still enter the probs @ V
+            # product, and 0 * NaN = NaN; later ones are written (every slot, every step) before
+            # they are read, so they stay untouched (on a VM, first-touched memory is slow)
+            fresh = torch.empty(slots, self.kv_heads, capacity, self.head_dim, dtype=self.dtype, device=self.device)
+            fresh[:, :, :new_end].zero_()
             if old is not None and len(keep) and self.end > first:
                 fresh[: len(keep), :, first + shift : new_end] = old[index, :, first : self.end]
             return fresh
@@ -204,14 +209,16 @@ class SlabCache:
         start[: len(keep)] = (self.start[keep] + shift).clamp_min(0)
         self.start, self.slots, self.capacity, self.end = start, slots, capacity, new_end
 
-    def write_prefill(self, slots: list[int], cache: PrefillCache, lengths: list[int]) -> None:
-        """Copy a prefill group (left-padded to a common length P) into ``slots``, right-aligned
-        at ``end``; the caller ensured ``end >= P``. ``lengths``: each row's real prompt length."""
+    def write_prefill(self, slots: list[int], cache: PrefillCache, lengths: list[int],
+                      rows: torch.Tensor | None = None) -> None:
+        """Copy rows ``rows`` (default: all, in order) of a prefill group (left-padded to a common
+        length P) into ``slots``, right-aligned at ``end``; the caller ensured ``end >= P``.
+        ``lengths``: each row's real prompt length."""
         width = cache.keys[0].shape[2]
         index = torch.tensor(slots, device=self.device)
         for layer in range(self.num_layers):
-            self.keys[layer][index, :, self.end - width : self.end] = cache.keys[layer].to(self.dtype)
-            self.values[layer][index, :, self.end - width : self.end] = cache.values[layer].to(self.dtype)
+            for kept, slab in ((cache.keys[layer], self.keys[layer]), (cache.values[layer], self.values[layer])):
+                slab[index, :, self.end - width : self.end] = (kept if rows is None else kept[rows]).to(self.dtype)
         self.start[slots] = torch.tensor([self.end - n for n in lengths], dtype=torch.long)
 
     def release(self, slot: int) -> None:
