@@ -8,10 +8,11 @@ be prefilled separately and dropped into a free slot while the others keep decod
 batching). Attention reads only columns ``[lo, end]``, ``lo`` being the smallest live start.
 
 Both cache classes implement just the part of the transformers cache protocol the decoder
-layers use (``update``); the decode loop always passes explicit positions and a 4D mask, so
-no other cache method is needed. ``engine_attention`` (registered with transformers as
-``streamrl_engine``) is the attention function of the engine's model copy: grouped-query
-attention without repeating K/V for single-token decode, and SDPA for prefill.
+layers use (``update``, also all the engine's own ``FusedDecoder`` uses); the decode loop always
+passes explicit positions and a 4D mask, so no other cache method is needed. ``engine_attention``
+(registered with transformers as ``streamrl_engine``) is the attention function of the engine's
+model copy: grouped-query attention without repeating K/V (an einsum for single-token decode,
+SDPA with ``enable_gqa`` for prefill).
 """
 
 from __future__ import annotations
@@ -56,12 +57,11 @@ def engine_attention(
         probs = scores.softmax(-1).to(value.dtype)
         out = torch.matmul(probs, value).reshape(batch, heads, 1, head_dim)
     else:
-        if kv_heads != heads:
-            key = key.repeat_interleave(heads // kv_heads, dim=1)
-            value = value.repeat_interleave(heads // kv_heads, dim=1)
-        # no mask: transformers skipped a plain causal one (the model used outside the engine)
+        # no mask: transformers skipped a plain causal one (the model used outside the engine);
+        # enable_gqa instead of repeating K/V: same result, SmolLM2 prefill 12.5 -> 8 ms per layer
         out = F.scaled_dot_product_attention(
-            query, key, value, attn_mask=attention_mask, scale=scale, is_causal=attention_mask is None
+            query, key, value, attn_mask=attention_mask, scale=scale, is_causal=attention_mask is None,
+            enable_gqa=kv_heads != heads,
         )
     return out.transpose(1, 2).contiguous(), None
 
