@@ -10,7 +10,7 @@ import torch
 
 from streamrl.policy import GenerationRequest, HFEngine, SamplingParams, load_policy
 from streamrl.policy.fused_forward import FusedDecoder
-from streamrl.policy.kv_cache import PrefillCache, SlabCache
+from streamrl.policy.kv_cache import SlabCache, SlabPrefill
 from streamrl.policy.modeling import cache_argument, decoder_and_head
 from streamrl.policy.prefill import layout
 
@@ -32,12 +32,12 @@ def _prefill_then_decode(forward, model):
     """Last hidden states of a left-padded prefill and of one decode step over a slab, and the KV."""
     config = model.config
     ids, mask, positions, _ = layout([[5, 6, 7, 8, 9, 10], [11, 12, 13]], [6, 3])
-    prefill = PrefillCache(config.num_hidden_layers)
-    first = forward(ids, mask[:, None], positions, prefill)[:, -1]
     head_dim = config.head_dim if getattr(config, "head_dim", None) else config.hidden_size // config.num_attention_heads
     slab = SlabCache(config.num_hidden_layers, config.num_key_value_heads, head_dim, torch.float32, "cpu")
     slab.relayout(2, 16, shift=6)
-    slab.write_prefill([0, 1], prefill, [6, 3])
+    first = forward(ids, mask[:, None], positions, SlabPrefill(slab, [0, 1], 6))[:, -1]
+    slab.occupy(0, 6)
+    slab.occupy(1, 3)
     slab.lo = 0
     step = forward(torch.tensor([[14], [15]]), slab.step_mask(torch.ones(2, dtype=torch.bool)), torch.tensor([[6], [3]]), slab)
     return first, step[:, -1], [kv[:, :, : slab.end + 1] for kv in slab.keys + slab.values]  # columns written

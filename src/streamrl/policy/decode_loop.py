@@ -19,9 +19,9 @@ import torch
 
 from streamrl.policy.api import FinishReason, GenerationRequest, GenerationResult
 from streamrl.policy.fused_forward import FusedDecoder
-from streamrl.policy.kv_cache import PrefillCache, PrefixStore, SlabCache
+from streamrl.policy.kv_cache import PrefillCache, PrefixStore, SlabCache, SlabPrefill
 from streamrl.policy.modeling import cache_argument, decoder_and_head
-from streamrl.policy.prefill import layout, prefill_groups, prefix_past, shared_prefixes
+from streamrl.policy.prefill import layout, prefill_groups, shared_prefixes
 from streamrl.policy.sampling import sample_next
 
 Deliver = Callable[[GenerationResult], None]
@@ -190,36 +190,36 @@ class DecodeLoop:
 
     def _prefill(self, group: list[_Row]) -> None:
         """One forward over the group's distinct prompts (identical prompts, e.g. a GRPO group's,
-        are computed once) after their reused prefixes, a first token per row, and the KV of
-        continuing rows into slots."""
+        are computed once) after their reused prefixes, writing their KV straight into free slots,
+        then a first token per row; continuing rows take the slots (a copy for a repeated prompt)."""
         distinct: dict[tuple[int, ...], int] = {}
         source = [distinct.setdefault(tuple(r.request.prompt_ids), len(distinct)) for r in group]
         firsts = {index: row for row, index in zip(group, source)}
-        reused = [firsts[i].prefix[0] if firsts[i].prefix else 0 for i in range(len(distinct))]
+        prefixes = [firsts[i].prefix for i in range(len(distinct))]
+        reused = [prefix[0] if prefix else 0 for prefix in prefixes]
         news = [list(prompt[n:]) for prompt, n in zip(distinct, reused)]
         width = max(map(len, distinct))
         input_ids, mask, positions, pad = layout(news, list(map(len, distinct)))
-        past = prefix_past([firsts[i].prefix for i in range(len(distinct))], width, pad, self.num_layers,
-                           self._slab_shape[1:], self.dtype, self.device)
-        cache = PrefillCache(self.num_layers, past, pad.to(self.device))
+        self._make_room(len(group), width)
+        free = iter([s for s in range(self.slab.slots) if s not in self.rows])
+        slots = [next(free) for _ in distinct]
+        for slot, prefix, new in zip(slots, prefixes, news):
+            if prefix:
+                self.slab.place(slot, prefix[1], prefix[2], self.slab.end - len(new))
+        cache = SlabPrefill(self.slab, slots, width, pad.to(self.device) if any(prefixes) else None)
         hidden = self._forward(input_ids, mask[:, None], positions, cache)
         logits = self.head(hidden[:, -1])[torch.tensor(source, device=self.device)]
         self.stats["prefill_tokens"] += sum(map(len, news))
         self.stats["reused_tokens"] += sum(reused)
         continuing = self._sample_and_check(group, logits, positions=[len(r.request.prompt_ids) for r in group])
-        if not continuing:
-            return
-        self._make_room(len(continuing), width)
-        free = [s for s in range(self.slab.slots) if s not in self.rows]
-        rows_of = {id(row): i for i, row in enumerate(group)}
-        pick = [source[rows_of[id(row)]] for row in continuing]
-        slots = free[: len(continuing)]
-        for row, slot in zip(continuing, slots):
-            row.slot = slot
-            self.rows[slot] = row
-        same = pick == list(range(len(distinct)))  # every distinct prompt goes on, once, in order
-        self.slab.write_prefill(slots, cache, [len(r.request.prompt_ids) for r in continuing],
-                                None if same else torch.tensor(pick, device=self.device))
+        index_of = {id(row): i for i, row in enumerate(group)}
+        taken: set[int] = set()
+        for row in continuing:
+            i = source[index_of[id(row)]]
+            row.slot = slots[i] if i not in taken else next(free)
+            self.slab.occupy(row.slot, len(row.request.prompt_ids), None if i not in taken else slots[i])
+            self.rows[row.slot] = row
+            taken.add(i)
 
     def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
         """The decoder's last hidden states over explicit ids, 4D bool mask and positions (only

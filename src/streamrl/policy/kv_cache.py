@@ -77,32 +77,43 @@ def register_engine_attention() -> None:
 
 
 class PrefillCache:
-    """Collects each layer's keys/values of one prefill forward, after a reused prefix.
+    """Collects each layer's keys/values of one prefill forward (a shared prompt prefix's)."""
 
-    ``past`` (optional): per layer ``[B, H_kv, W, D]`` keys and values of the rows' reused prefixes,
-    laid out so each row's prefix ends where its (left-padded) new tokens begin; the forward's new
-    tokens take the last ``Q`` columns, except at padding positions (``pad [B, Q]`` True), which
-    keep the prefix columns there. Without a past, the columns are just the new tokens'.
-    """
-
-    def __init__(self, num_layers: int, past: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None,
-                 pad: torch.Tensor | None = None):
+    def __init__(self, num_layers: int):
         self.keys: list[torch.Tensor | None] = [None] * num_layers
         self.values: list[torch.Tensor | None] = [None] * num_layers
-        self._past, self._pad = past, pad
 
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any):
-        if self._past is not None:
-            key, value = (self._join(past[layer_idx], new) for past, new in zip(self._past, (key, value)))
         self.keys[layer_idx], self.values[layer_idx] = key, value
         return key, value
 
-    def _join(self, past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-        """``new`` written into ``past``'s last columns in place (the past is this forward's own):
-        a second full-width copy per layer would be fresh memory, slow to touch on a VM."""
-        tail = past[:, :, -new.shape[2] :]
-        tail.copy_(torch.where(self._pad[:, None, :, None], tail, new.to(past.dtype)))
-        return past
+
+class SlabPrefill:
+    """The cache of a prefill forward that writes straight into ``slab`` slots ``slots`` (no
+    separate prefill KV to allocate and copy over: on a VM, fresh memory is slow to touch).
+
+    The forward's ``Q`` new columns end at the slab's write column ``end``, except at padding
+    queries (``pad [B, Q]`` True, given when rows reuse a prefix), whose columns keep what the
+    slot holds there (a reused prefix, placed by ``SlabCache.place``); attention reads the last
+    ``width`` columns. Columns a row does not use are masked, and the slab keeps them finite.
+    """
+
+    def __init__(self, slab: SlabCache, slots: list[int], width: int, pad: torch.Tensor | None = None):
+        first = slots[0]
+        contiguous = slots == list(range(first, first + len(slots)))  # a view, not a gathered copy
+        self.rows = slice(first, first + len(slots)) if contiguous else torch.tensor(slots, device=slab.device)
+        self.slab, self.width, self.pad = slab, width, pad
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any):
+        end, read = self.slab.end, []
+        for new, store in ((key, self.slab.keys[layer_idx]), (value, self.slab.values[layer_idx])):
+            columns = slice(end - new.shape[2], end)
+            new = new.to(store.dtype)
+            if self.pad is not None:
+                new = torch.where(self.pad[:, None, :, None], store[self.rows, :, columns], new)
+            store[self.rows, :, columns] = new
+            read.append(store[self.rows, :, end - self.width : end])
+        return tuple(read)
 
 
 class PrefixStore:
@@ -209,17 +220,22 @@ class SlabCache:
         start[: len(keep)] = (self.start[keep] + shift).clamp_min(0)
         self.start, self.slots, self.capacity, self.end = start, slots, capacity, new_end
 
-    def write_prefill(self, slots: list[int], cache: PrefillCache, lengths: list[int],
-                      rows: torch.Tensor | None = None) -> None:
-        """Copy rows ``rows`` (default: all, in order) of a prefill group (left-padded to a common
-        length P) into ``slots``, right-aligned at ``end``; the caller ensured ``end >= P``.
-        ``lengths``: each row's real prompt length."""
-        width = cache.keys[0].shape[2]
-        index = torch.tensor(slots, device=self.device)
+    def place(self, slot: int, keys: list[torch.Tensor], values: list[torch.Tensor], stop: int) -> None:
+        """Write per-layer ``[H_kv, n, D]`` keys/values (a reused prefix) into ``slot``'s columns
+        ``[stop - n, stop)``."""
+        n = keys[0].shape[1]
         for layer in range(self.num_layers):
-            for kept, slab in ((cache.keys[layer], self.keys[layer]), (cache.values[layer], self.values[layer])):
-                slab[index, :, self.end - width : self.end] = (kept if rows is None else kept[rows]).to(self.dtype)
-        self.start[slots] = torch.tensor([self.end - n for n in lengths], dtype=torch.long)
+            self.keys[layer][slot, :, stop - n : stop] = keys[layer]
+            self.values[layer][slot, :, stop - n : stop] = values[layer]
+
+    def occupy(self, slot: int, length: int, source: int | None = None) -> None:
+        """``slot`` now holds a sequence of ``length`` columns ending at ``end``: the ones a
+        prefill wrote there, or (``source``) a copy of another slot's."""
+        if source is not None:
+            for layer in range(self.num_layers):
+                self.keys[layer][slot, :, self.end - length : self.end] = self.keys[layer][source, :, self.end - length : self.end]
+                self.values[layer][slot, :, self.end - length : self.end] = self.values[layer][source, :, self.end - length : self.end]
+        self.start[slot] = self.end - length
 
     def release(self, slot: int) -> None:
         """Mark ``slot`` empty: its start moves to ``end`` so it never widens the attended range."""
