@@ -7,7 +7,7 @@ Everything here works on token lists and tensors; ``DecodeLoop`` runs the forwar
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import torch
 
