@@ -44,8 +44,13 @@ def _excluded_tensor(excluded_ids: Sequence[int] | torch.Tensor, vocab: int, dev
 
 def mask_excluded_logits(logits: torch.Tensor, excluded_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
     """A copy of ``logits`` ``[..., V]`` with the excluded ids set to ``-inf`` (what a sampler uses)."""
+    return mask_excluded_logits_(logits.clone(), excluded_ids)
+
+
+def mask_excluded_logits_(logits: torch.Tensor, excluded_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
+    """``mask_excluded_logits`` in place (no vocabulary-sized copy); returns ``logits``."""
     ids = _excluded_tensor(excluded_ids, logits.shape[-1], logits.device)
-    return logits.index_fill(-1, ids, float("-inf"))
+    return logits.index_fill_(-1, ids, float("-inf"))
 
 
 def _mask_chunk(chunk: torch.Tensor, excluded: torch.Tensor) -> torch.Tensor:

@@ -18,9 +18,10 @@ from typing import Any
 import torch
 
 from streamrl.policy.api import FinishReason, GenerationRequest, GenerationResult
-from streamrl.policy.kv_cache import PrefillCache, PrefixStore, SlabCache
+from streamrl.policy.fused_forward import FusedDecoder
+from streamrl.policy.kv_cache import PrefillCache, PrefixStore, SlabCache, SlabPrefill
 from streamrl.policy.modeling import cache_argument, decoder_and_head
-from streamrl.policy.prefill import layout, prefill_groups, prefix_past, shared_prefixes
+from streamrl.policy.prefill import layout, prefill_groups, shared_prefixes
 from streamrl.policy.sampling import sample_next
 
 Deliver = Callable[[GenerationResult], None]
@@ -62,6 +63,7 @@ class DecodeLoop:
         self.model = model
         self.decoder, self.head = decoder_and_head(model)
         self._cache_arg = cache_argument(self.decoder)
+        self._fused = FusedDecoder.build(model)  # None: transformers' forward
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.vocab_size = self.head.weight.shape[0]
         self.max_positions = int(getattr(config, "max_position_embeddings", 1 << 30))
@@ -179,7 +181,8 @@ class DecodeLoop:
             input_ids, mask, positions, _ = layout([tokens], [length])
             cache = PrefillCache(self.num_layers)
             self._forward(input_ids, mask[:, None], positions, cache)
-            keys, values = [k[0] for k in cache.keys], [v[0] for v in cache.values]
+            # own storage: a view would pin the whole forward's q/k/v output
+            keys, values = [k[0].clone() for k in cache.keys], [v[0].clone() for v in cache.values]
             self.prefixes.keep(tokens, keys, values, shared=True)
             self.stats["prefill_tokens"] += length
             for i in members:
@@ -187,40 +190,42 @@ class DecodeLoop:
 
     def _prefill(self, group: list[_Row]) -> None:
         """One forward over the group's distinct prompts (identical prompts, e.g. a GRPO group's,
-        are computed once) after their reused prefixes, a first token per row, and the KV of
-        continuing rows into slots."""
+        are computed once) after their reused prefixes, writing their KV straight into free slots,
+        then a first token per row; continuing rows take the slots (a copy for a repeated prompt)."""
         distinct: dict[tuple[int, ...], int] = {}
         source = [distinct.setdefault(tuple(r.request.prompt_ids), len(distinct)) for r in group]
         firsts = {index: row for row, index in zip(group, source)}
-        reused = [firsts[i].prefix[0] if firsts[i].prefix else 0 for i in range(len(distinct))]
+        prefixes = [firsts[i].prefix for i in range(len(distinct))]
+        reused = [prefix[0] if prefix else 0 for prefix in prefixes]
         news = [list(prompt[n:]) for prompt, n in zip(distinct, reused)]
         width = max(map(len, distinct))
         input_ids, mask, positions, pad = layout(news, list(map(len, distinct)))
-        past = prefix_past([firsts[i].prefix for i in range(len(distinct))], width, pad, self.num_layers,
-                           self._slab_shape[1:], self.dtype, self.device)
-        cache = PrefillCache(self.num_layers, past, pad.to(self.device))
+        self._make_room(len(group), width)
+        free = iter([s for s in range(self.slab.slots) if s not in self.rows])
+        slots = [next(free) for _ in distinct]
+        for slot, prefix, new in zip(slots, prefixes, news):
+            if prefix:
+                self.slab.place(slot, prefix[1], prefix[2], self.slab.end - len(new))
+        cache = SlabPrefill(self.slab, slots, width, pad.to(self.device) if any(prefixes) else None)
         hidden = self._forward(input_ids, mask[:, None], positions, cache)
         logits = self.head(hidden[:, -1])[torch.tensor(source, device=self.device)]
         self.stats["prefill_tokens"] += sum(map(len, news))
         self.stats["reused_tokens"] += sum(reused)
         continuing = self._sample_and_check(group, logits, positions=[len(r.request.prompt_ids) for r in group])
-        if not continuing:
-            return
-        self._make_room(len(continuing), width)
-        free = [s for s in range(self.slab.slots) if s not in self.rows]
-        rows_of = {id(row): i for i, row in enumerate(group)}
-        pick = torch.tensor([source[rows_of[id(row)]] for row in continuing], device=self.device)
-        kept = PrefillCache(self.num_layers)
-        kept.keys = [k[pick] for k in cache.keys]
-        kept.values = [v[pick] for v in cache.values]
-        slots = free[: len(continuing)]
-        for row, slot in zip(continuing, slots):
-            row.slot = slot
-            self.rows[slot] = row
-        self.slab.write_prefill(slots, kept, [len(r.request.prompt_ids) for r in continuing])
+        index_of = {id(row): i for i, row in enumerate(group)}
+        taken: set[int] = set()
+        for row in continuing:
+            i = source[index_of[id(row)]]
+            row.slot = slots[i] if i not in taken else next(free)
+            self.slab.occupy(row.slot, len(row.request.prompt_ids), None if i not in taken else slots[i])
+            self.rows[row.slot] = row
+            taken.add(i)
 
     def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
-        """The decoder's last hidden states over explicit ids, 4D bool mask and positions."""
+        """The decoder's last hidden states over explicit ids, 4D bool mask and positions (only
+        the last position's are meaningful, and all ``FusedDecoder`` returns)."""
+        if self._fused is not None:
+            return self._fused(input_ids.to(self.device), mask.to(self.device), positions.to(self.device), cache)
         return self.decoder(
             input_ids=input_ids.to(self.device),
             attention_mask=mask.to(self.device),

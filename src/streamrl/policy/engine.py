@@ -5,7 +5,8 @@ so the event loop never blocks on a forward pass (torch releases the GIL). The w
 ``DecodeLoop``: continuous batching over a slot-major KV slab, requests admitted into free slots
 between decode steps, the KV of finished sequences kept so a prompt that extends one (a
 full-history episode's next turn) prefills only its new tokens, the common prefix of prompts
-admitted together (a system prompt) prefilled once and kept, logits only at the last position,
+admitted together (a system prompt) prefilled once and kept, the engine's own fused forward for
+Llama-family models (``fused_forward.py``; transformers' otherwise), logits only at the last position,
 our own sampling with behaviour log-probs and banned ids (SAPO value tokens) masked out. Results
 come back to each caller's event loop.
 
@@ -50,7 +51,8 @@ class HFEngine:
     """Batched generation over a transformers causal LM (see the module docstring).
 
     Args:
-        model: the engine's own model copy (it is switched to the engine's attention function).
+        model: the engine's own model copy (it is switched to the engine's attention function,
+            and a Llama-family model's q/k/v and gate/up weights become views of fused tensors).
         decode: ids -> text, for ``GenerationResult.text`` and stop strings.
         banned_token_ids: never sampled (SAPO value tokens, vocabulary padding).
         max_batch_size: rows decoded together at most.

@@ -1,5 +1,5 @@
 """The prefill side of the decode loop: which prompts go into one forward, where their common
-prefixes are, and the left-padded layout (ids, mask, positions, reused-prefix KV) of that forward.
+prefixes are, and the left-padded layout (ids, mask, positions, padding) of that forward.
 
 Everything here works on token lists and tensors; ``DecodeLoop`` runs the forwards.
 """
@@ -7,7 +7,7 @@ Everything here works on token lists and tensors; ``DecodeLoop`` runs the forwar
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import torch
 
@@ -83,24 +83,6 @@ def layout(news: Sequence[Sequence[int]], lengths: Sequence[int]) -> tuple[torch
     mask |= columns[None, None, :] == query_columns[None, :, None]  # padding queries see one column
     positions = (query_columns[None, :] - start[:, None]).clamp_min(0)
     return input_ids, mask, positions, pad
-
-
-def prefix_past(prefixes: Sequence[Any], width: int, pad: torch.Tensor, num_layers: int, kv_shape: tuple[int, int],
-                dtype: torch.dtype, device: Any):
-    """The reused prefixes (``(length, keys, values)`` or None per row) as ``PrefillCache``'s past,
-    None when nothing is reused: row i's prefix right before its new tokens, zeros elsewhere.
-    ``kv_shape``: ``(kv_heads, head_dim)``."""
-    if not any(prefixes):
-        return None
-    shape = (len(prefixes), kv_shape[0], width, kv_shape[1])
-    past = tuple([torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)] for _ in range(2))
-    for i, prefix in enumerate(prefixes):
-        if prefix:
-            end, n = width - int((~pad[i]).sum()), prefix[0]
-            for side, tensors in enumerate(prefix[1:]):
-                for layer, tensor in enumerate(tensors):
-                    past[side][layer][i, :, end - n : end] = tensor
-    return past
 
 
 def _common_length(a: Sequence[int], b: Sequence[int], most: int) -> int:

@@ -1,0 +1,135 @@
+"""The engine's own decoder forward for Llama-family models (Llama, SmolLM2, Qwen2, Qwen3).
+
+Transformers' layer code spends many small ops per layer (separate q/k/v and gate/up matrix
+multiplies, rotary applied to q and k apart, module calls), a large share of a step at the
+engine's CPU shapes (64 one-token rows, or one prefill group). ``FusedDecoder`` computes the same
+function with one matrix multiply for q/k/v and one for gate/up, rotary on q and k together, and the
+engine's cache protocol (``update``) and attention (``engine_attention``) as transformers' layers
+use them. In the last layer of a multi-token forward only the last position goes on past the K/V
+write (the engine takes logits there only), so the returned hidden states are then ``[B, 1, H]``.
+
+The fused weights are the model's own storage: each layer's q/k/v and gate/up projection
+parameters are re-pointed at row blocks of one tensor. ``load_state_dict`` (``update_weights``)
+copies into parameters in place, so new weights reach the fused tensors, and no weight is held
+twice. ``FusedDecoder.build`` returns None for any other structure (the engine then keeps
+transformers' forward).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from streamrl.policy.kv_cache import engine_attention
+from streamrl.policy.modeling import decoder_and_head
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+
+
+def rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
+    """Transformers' Llama/Qwen RMSNorm module ``norm`` applied to ``x``: normalised in float32,
+    scaled in the input dtype."""
+    y = x.float()
+    y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * y.to(x.dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of ``x [B, Q, n, D]`` (query and key heads together), ``cos/sin [B, Q, D]``:
+    transformers' ``x * cos + rotate_half(x) * sin``."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos[:, :, None] + rotated * sin[:, :, None]
+
+
+def fuse(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One ``(weight, bias)`` for ``linears`` that read the same input, their outputs side by side;
+    each module's parameters become views of it (see the module docstring)."""
+    weight = torch.cat([m.weight.detach() for m in linears])
+    bias = None if linears[0].bias is None else torch.cat([m.bias.detach() for m in linears])
+    start = 0
+    for m in linears:
+        rows = m.weight.shape[0]
+        m.weight = nn.Parameter(weight[start : start + rows], requires_grad=False)
+        if bias is not None:
+            m.bias = nn.Parameter(bias[start : start + rows], requires_grad=False)
+        start += rows
+    return weight, bias
+
+
+class _Layer:
+    """One decoder layer's modules and fused weights."""
+
+    def __init__(self, layer: Any):
+        attn, mlp = layer.self_attn, layer.mlp
+        self.input_norm, self.post_norm = layer.input_layernorm, layer.post_attention_layernorm
+        self.q_norm, self.k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+        self.qkv = fuse([attn.q_proj, attn.k_proj, attn.v_proj])
+        self.gate_up = fuse([mlp.gate_proj, mlp.up_proj])
+        self.o_proj, self.down_proj = attn.o_proj, mlp.down_proj
+        self.scaling = attn.scaling
+
+
+class FusedDecoder:
+    """``decoder(input_ids, mask, positions, cache)`` -> last hidden states (module docstring)."""
+
+    def __init__(self, decoder: Any):
+        config = decoder.config
+        self.embed, self.rotary, self.norm = decoder.embed_tokens, decoder.rotary_emb, decoder.norm
+        self.layers = [_Layer(layer) for layer in decoder.layers[: config.num_hidden_layers]]
+        self.head_dim = decoder.layers[0].self_attn.head_dim
+        self.q_heads = config.num_attention_heads
+        self.qk_heads = config.num_attention_heads + config.num_key_value_heads
+
+    @classmethod
+    def build(cls, model: Any) -> FusedDecoder | None:
+        """A fused forward over ``model``'s decoder, or None when its structure is not the one
+        computed here (another model type, activation, norm or projection class, e.g. LoRA layers)."""
+        decoder, _ = decoder_and_head(model)
+        config = decoder.config
+        if getattr(config, "model_type", None) not in SUPPORTED_MODEL_TYPES or config.hidden_act != "silu":
+            return None
+        if not all(hasattr(decoder, name) for name in ("embed_tokens", "rotary_emb", "norm", "layers")):
+            return None
+        for layer in decoder.layers[: config.num_hidden_layers]:
+            attn, mlp = layer.self_attn, getattr(layer, "mlp", None)
+            groups = (
+                [getattr(attn, name, None) for name in ("q_proj", "k_proj", "v_proj", "o_proj")],
+                [getattr(mlp, name, None) for name in ("gate_proj", "up_proj", "down_proj")],
+            )
+            for group in groups:
+                if any(type(m) is not nn.Linear for m in group) or len({m.bias is None for m in group[:-1]}) != 1:
+                    return None
+            norms = [layer.input_layernorm, layer.post_attention_layernorm]
+            norms += [getattr(attn, name) for name in ("q_norm", "k_norm") if hasattr(attn, name)]
+            if not all(type(n).__name__.endswith("RMSNorm") and hasattr(n, "variance_epsilon") for n in norms):
+                return None
+        return cls(decoder)
+
+    def __call__(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
+        """``input_ids, positions [B, Q]``, bool ``mask [B, 1, Q, K]``, ``cache`` with transformers'
+        ``update(key, value, layer)`` -> ``[B, Q, H]`` hidden states after the final norm
+        (``[B, 1, H]``, the last position, when ``Q > 1``)."""
+        batch, queries = input_ids.shape
+        hidden = self.embed(input_ids)
+        cos, sin = self.rotary(hidden, positions)
+        for index, layer in enumerate(self.layers):
+            qkv = F.linear(rms_norm(hidden, layer.input_norm), *layer.qkv).view(batch, queries, -1, self.head_dim)
+            qk, value = qkv[:, :, : self.qk_heads], qkv[:, :, self.qk_heads :]
+            if layer.q_norm is not None:  # Qwen3: RMSNorm over each head before rotary
+                q, k = qk[:, :, : self.q_heads], qk[:, :, self.q_heads :]
+                qk = torch.cat((rms_norm(q, layer.q_norm), rms_norm(k, layer.k_norm)), dim=2)
+            qk = rotate(qk, cos, sin).transpose(1, 2)
+            key, value = cache.update(qk[:, self.q_heads :], value.transpose(1, 2), index)
+            query, attend = qk[:, : self.q_heads], mask
+            if index == len(self.layers) - 1 and queries > 1:  # only the last position is read
+                query, attend, hidden = query[:, :, -1:], mask[:, :, -1:], hidden[:, -1:]
+            out, _ = engine_attention(None, query, key, value, attend, layer.scaling)
+            hidden = hidden + F.linear(out.flatten(2), layer.o_proj.weight, layer.o_proj.bias)
+            gate, up = F.linear(rms_norm(hidden, layer.post_norm), *layer.gate_up).chunk(2, dim=-1)
+            gate = F.silu(gate, inplace=True).mul_(up)  # in place: no [B, Q, I] temporaries
+            hidden = hidden + F.linear(gate, layer.down_proj.weight, layer.down_proj.bias)
+        return rms_norm(hidden, self.norm)
