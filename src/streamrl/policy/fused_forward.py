@@ -29,14 +29,6 @@ from streamrl.policy.modeling import decoder_and_head
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
 
-def rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
-    """Transformers' Llama/Qwen RMSNorm module ``norm`` applied to ``x``: normalised in float32,
-    scaled in the input dtype."""
-    y = x.float()
-    y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    return norm.weight * y.to(x.dtype)
-
-
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotary embedding of ``x [B, Q, n, D]`` (query and key heads together), ``cos/sin [B, Q, D]``:
     transformers' ``x * cos + rotate_half(x) * sin``."""
@@ -105,7 +97,7 @@ class FusedDecoder:
                     return None
             norms = [layer.input_layernorm, layer.post_attention_layernorm]
             norms += [getattr(attn, name) for name in ("q_norm", "k_norm") if hasattr(attn, name)]
-            if not all(type(n).__name__.endswith("RMSNorm") and hasattr(n, "variance_epsilon") for n in norms):
+            if not all(type(n).__name__.endswith("RMSNorm") for n in norms):  # applied as modules
                 return None
         return cls(decoder)
 
@@ -117,11 +109,11 @@ class FusedDecoder:
         hidden = self.embed(input_ids)
         cos, sin = self.rotary(hidden, positions)
         for index, layer in enumerate(self.layers):
-            qkv = F.linear(rms_norm(hidden, layer.input_norm), *layer.qkv).view(batch, queries, -1, self.head_dim)
+            qkv = F.linear(layer.input_norm(hidden), *layer.qkv).view(batch, queries, -1, self.head_dim)
             qk, value = qkv[:, :, : self.qk_heads], qkv[:, :, self.qk_heads :]
             if layer.q_norm is not None:  # Qwen3: RMSNorm over each head before rotary
                 q, k = qk[:, :, : self.q_heads], qk[:, :, self.q_heads :]
-                qk = torch.cat((rms_norm(q, layer.q_norm), rms_norm(k, layer.k_norm)), dim=2)
+                qk = torch.cat((layer.q_norm(q), layer.k_norm(k)), dim=2)
             qk = rotate(qk, cos, sin).transpose(1, 2)
             key, value = cache.update(qk[:, self.q_heads :], value.transpose(1, 2), index)
             query, attend = qk[:, : self.q_heads], mask
@@ -129,7 +121,7 @@ class FusedDecoder:
                 query, attend, hidden = query[:, :, -1:], mask[:, :, -1:], hidden[:, -1:]
             out, _ = engine_attention(None, query, key, value, attend, layer.scaling)
             hidden = hidden + F.linear(out.flatten(2), layer.o_proj.weight, layer.o_proj.bias)
-            gate, up = F.linear(rms_norm(hidden, layer.post_norm), *layer.gate_up).chunk(2, dim=-1)
+            gate, up = F.linear(layer.post_norm(hidden), *layer.gate_up).chunk(2, dim=-1)
             gate = F.silu(gate, inplace=True).mul_(up)  # in place: no [B, Q, I] temporaries
             hidden = hidden + F.linear(gate, layer.down_proj.weight, layer.down_proj.bias)
-        return rms_norm(hidden, self.norm)
+        return self.norm(hidden)

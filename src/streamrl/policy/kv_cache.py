@@ -224,17 +224,17 @@ class SlabCache:
         """Write per-layer ``[H_kv, n, D]`` keys/values (a reused prefix) into ``slot``'s columns
         ``[stop - n, stop)``."""
         n = keys[0].shape[1]
-        for layer in range(self.num_layers):
-            self.keys[layer][slot, :, stop - n : stop] = keys[layer]
-            self.values[layer][slot, :, stop - n : stop] = values[layer]
+        for store, layers in ((self.keys, keys), (self.values, values)):
+            for layer, tensor in enumerate(layers):
+                store[layer][slot, :, stop - n : stop] = tensor
 
     def occupy(self, slot: int, length: int, source: int | None = None) -> None:
         """``slot`` now holds a sequence of ``length`` columns ending at ``end``: the ones a
         prefill wrote there, or (``source``) a copy of another slot's."""
         if source is not None:
-            for layer in range(self.num_layers):
-                self.keys[layer][slot, :, self.end - length : self.end] = self.keys[layer][source, :, self.end - length : self.end]
-                self.values[layer][slot, :, self.end - length : self.end] = self.values[layer][source, :, self.end - length : self.end]
+            columns = slice(self.end - length, self.end)
+            for store in (*self.keys, *self.values):
+                store[slot, :, columns] = store[source, :, columns]
         self.start[slot] = self.end - length
 
     def release(self, slot: int) -> None:

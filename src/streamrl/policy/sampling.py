@@ -74,9 +74,10 @@ def sample_next(
     scaled = mask_excluded_logits_(logits.float() / scale, banned)
     best = scaled.max(-1)
     probs = scaled.sub_(best.values[:, None]).exp_()
-    log_total = probs.sum(-1).log()
+    total = probs.sum(-1)
+    log_total = total.log()
     if bool((top_p < 1).any()):
-        probs = nucleus_filter(probs / probs.sum(-1, keepdim=True), top_p.to(probs.device))
+        probs = nucleus_filter(probs / total[:, None], top_p.to(probs.device))
     uniforms = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
     shared = [i for i, g in enumerate(generators) if g is None]
     if shared:
