@@ -12,6 +12,8 @@ The peak is the best of a few ``F.linear`` calls at the model's MLP shape and at
 same process. On a shared machine a long update is slowed by other jobs far more than the short
 peak probe, so the rate is also given per CPU-second of this process (``cpu_peak_fraction``, the
 processor's efficiency on our work; with one thread it equals the wall figure on a quiet machine).
+Like ``streamrl train``, the process keeps freed memory (``train.allocator.keep_freed_memory``);
+without it, on a virtual machine, most of an update's time can go to page faults.
 
 Usage:
     python benchmarks/learner_throughput.py [--quick] [--model tiny|smollm2-135m|all] [--threads N]

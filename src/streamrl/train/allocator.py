@@ -7,7 +7,7 @@ tied embedding's gradient sum). By default glibc serves blocks over its mmap thr
 heap back to the kernel past ``M_TRIM_THRESHOLD``; every reuse then page-faults the memory in
 again, zeroed by the kernel. On virtual machines whose host reclaims freed guest pages a fault
 costs up to about 15 us: SmolLM2's update (two micro-batches of four rows of 64-192 tokens) spent
-about 8 of its 20 CPU-seconds in the kernel on 700,000 faults (``benchmarks/learner_throughput.py``;
+about 7.5 of its 18 CPU-seconds in the kernel on 680,000 faults (``benchmarks/learner_throughput.py``;
 docs/results/speed.md). ``keep_freed_memory`` serves every block from the heap and never trims
 it, so the process keeps its peak (which an update reaches anyway) and later updates reuse it.
 """
