@@ -12,6 +12,8 @@ The peak is the best of a few ``F.linear`` calls at the model's MLP shape and at
 same process. On a shared machine a long update is slowed by other jobs far more than the short
 peak probe, so the rate is also given per CPU-second of this process (``cpu_peak_fraction``, the
 processor's efficiency on our work; with one thread it equals the wall figure on a quiet machine).
+Like ``streamrl train``, the process keeps freed memory (``train.allocator.keep_freed_memory``);
+without it, on a virtual machine, most of an update's time can go to page faults.
 
 Usage:
     python benchmarks/learner_throughput.py [--quick] [--model tiny|smollm2-135m|all] [--threads N]
@@ -36,6 +38,7 @@ from streamrl.policy import load_policy  # noqa: E402
 from streamrl.policy.dtype_choice import processor_name  # noqa: E402
 from streamrl.policy.errors import MissingDependencyError  # noqa: E402
 from streamrl.policy.scoring import forward_for_loss  # noqa: E402
+from streamrl.train.allocator import keep_freed_memory  # noqa: E402
 from streamrl.train.optim import adamw  # noqa: E402
 
 
@@ -121,6 +124,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the peak is measured with the same)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    kept = keep_freed_memory()  # as training does: freed tensors stay in the process
     started = time.perf_counter()
     # (rows, shortest, longest, micro-batch rows) per model
     shapes = {
@@ -130,7 +134,7 @@ def main() -> None:
     specs = list(shapes) if args.model == "all" else [args.model]
     peak = max(matmul_gflops(1024, 1024, 1024), matmul_gflops(1024, 576, 1536))
     print(f"processor: {processor_name()}; torch CPU capability {torch.backends.cpu.get_cpu_capability()}")
-    print(f"float32 matmul peak ({args.threads} threads): {peak:.1f} GFLOP/s")
+    print(f"float32 matmul peak ({args.threads} threads): {peak:.1f} GFLOP/s; freed memory kept: {kept}")
     results: dict[str, dict[str, float]] = {}
     for spec in specs:
         try:

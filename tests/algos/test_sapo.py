@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 import streamrl.algos.vocab as vocab_module
 from streamrl.algos import (
     action_log_probs,
+    action_log_probs_and_entropy,
     entropy,
     invalid_action_correction,
     mask_excluded_logits,
@@ -125,6 +126,13 @@ def test_action_log_probs_and_entropy_match_reference_across_chunks(monkeypatch,
     torch.testing.assert_close(ent, ref_ent)
     torch.testing.assert_close(grad, logits.grad)
 
+    reference_grad, logits.grad = logits.grad, None
+    ours, ent = action_log_probs_and_entropy(logits, tokens, excluded)  # the learner's: one pass
+    (ours * weights).sum().add((ent * weights).sum()).backward()
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(ent, ref_ent)
+    torch.testing.assert_close(logits.grad, reference_grad)
+
 
 def test_entropy_at_a_minus_inf_logit_is_that_of_the_other_ids():
     logits = torch.tensor([[0.5, -float("inf"), 1.0, 2.0, -1.0]], dtype=torch.float64, requires_grad=True)
@@ -136,6 +144,15 @@ def test_entropy_at_a_minus_inf_logit_is_that_of_the_other_ids():
     torch.testing.assert_close(ent, expected)
     assert logits.grad[0, 1] == 0 and logits.grad[0, 3] == 0
     torch.testing.assert_close(logits.grad[:, [0, 2, 4]], finite.grad)
+    # both terms together (the learner's): the same, the -inf logit still counts 0
+    logits.grad, finite.grad = None, None
+    logp, ent = action_log_probs_and_entropy(logits, torch.tensor([2]), (3,))
+    (ent * 3.0 - logp * 2.0).sum().backward()
+    expected_logp, expected = action_log_probs_and_entropy(finite, torch.tensor([1]))
+    (expected * 3.0 - expected_logp * 2.0).sum().backward()
+    torch.testing.assert_close((logp, ent), (expected_logp, expected))
+    assert logits.grad[0, 1] == 0 and logits.grad[0, 3] == 0
+    torch.testing.assert_close(logits.grad[:, [0, 2, 4]], finite.grad)
 
 
 def test_action_log_prob_functions_pass_gradcheck():
@@ -144,6 +161,7 @@ def test_action_log_prob_functions_pass_gradcheck():
     assert torch.autograd.gradcheck(lambda z: action_log_probs(z, tokens, (1, 3)), (logits,))
     assert torch.autograd.gradcheck(lambda z: entropy(z, (1, 3)), (logits,))
     assert torch.autograd.gradcheck(lambda z: entropy(z), (logits,))
+    assert torch.autograd.gradcheck(lambda z: action_log_probs_and_entropy(z, tokens, (1, 3)), (logits,))
 
 
 def test_bf16_logits_give_float32_log_probs():
@@ -348,3 +366,28 @@ def test_excluded_ids_may_be_given_as_a_tensor():
     assert torch.isinf(masked[:, POS]).all() and torch.equal(masked[:, NEG], logits[:, NEG])
     with pytest.raises(ValueError, match="excluded_ids must lie in"):
         mask_excluded_logits(logits, torch.tensor([VOCAB]))
+
+
+@pytest.mark.parametrize("excluded", [(), (POS, NEG)])
+def test_log_probs_and_entropy_together_equal_the_separate_functions(excluded):
+    gen = _gen(7)
+    logits = (torch.randn(3, 4, VOCAB, generator=gen) * 4).requires_grad_(True)
+    actions = _action_ids()
+    tokens = actions[torch.randint(0, actions.numel(), (3, 4), generator=gen)]
+    w_logp, w_ent = torch.randn(3, 4, generator=gen), torch.randn(3, 4, generator=gen)
+
+    logp, ent = action_log_probs_and_entropy(logits, tokens, excluded)
+    ((logp * w_logp).sum() + (ent * w_ent).sum()).backward()
+    together = logits.grad.clone()
+    logits.grad = None
+    ((action_log_probs(logits, tokens, excluded) * w_logp).sum() + (entropy(logits, excluded) * w_ent).sum()).backward()
+    assert torch.equal(logp, action_log_probs(logits, tokens, excluded))
+    assert torch.equal(ent, entropy(logits, excluded))
+    torch.testing.assert_close(together, logits.grad, rtol=1e-6, atol=1e-6)
+    # one term alone: the other's gradient counts zero
+    logits.grad = None
+    action_log_probs_and_entropy(logits, tokens, excluded)[1].sum().backward()
+    alone = logits.grad.clone()
+    logits.grad = None
+    entropy(logits, excluded).sum().backward()
+    torch.testing.assert_close(alone, logits.grad)

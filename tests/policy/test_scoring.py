@@ -157,6 +157,36 @@ def test_forward_for_loss_is_differentiable_and_ignores_banned_logits(small_poli
     model.eval()
 
 
+def test_forward_for_loss_gradients_match_a_plain_log_softmax(small_policy):
+    """The learner's loss terms (log-probs and entropy from one pass) give the parameters the
+    gradient of the textbook definition on a plain forward's logits."""
+    model, excluded = small_policy.model.train(), list(small_policy.banned_token_ids)
+    rows = random_rows(3, 6, 14, seed=11)
+    ids, mask = right_padded(rows)
+    weights = torch.randn(ids.shape, generator=torch.Generator().manual_seed(3))
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    out = forward_for_loss(model, ids, mask, excluded_ids=excluded)
+    ours = torch.autograd.grad((out.logprobs * weights).sum() + 0.3 * (out.entropy * weights).sum(), params)
+
+    scored = mask.bool().clone()
+    scored[:, 0] = False
+    scored[:, 1:] &= mask[:, :-1].bool()
+    log_softmax = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+    log_softmax = log_softmax.index_fill(-1, torch.tensor(excluded), float("-inf")).log_softmax(-1)
+    logprobs = log_softmax.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    probs = log_softmax.exp()
+    ent = -(probs * torch.where(probs > 0, log_softmax, torch.zeros_like(probs))).sum(-1)
+    w, keep = weights[:, 1:], scored[:, 1:]
+    loss = (logprobs * w)[keep].sum() + 0.3 * (ent * w)[keep].sum()
+    reference = torch.autograd.grad(loss, params)
+    model.eval()
+    torch.testing.assert_close(out.logprobs[scored], logprobs[keep], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.entropy[scored], ent[keep], atol=1e-5, rtol=1e-5)
+    for got, expected in zip(ours, reference):
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
 def test_value_logits_are_differentiable(small_policy):
     model = small_policy.model.train()
     ids, mask = right_padded(random_rows(1, 8, 9, seed=8))

@@ -48,7 +48,7 @@ from streamrl.algos.values import (
     value_readout,
     value_saturation_frac,
 )
-from streamrl.algos.vocab import action_log_probs, entropy, mask_excluded_logits
+from streamrl.algos.vocab import action_log_probs, action_log_probs_and_entropy, entropy, mask_excluded_logits
 
 __all__ = [
     "AGGREGATION_MODES",
@@ -60,6 +60,7 @@ __all__ = [
     "SPOTracker",
     "SapoTargets",
     "action_log_probs",
+    "action_log_probs_and_entropy",
     "advantage_stats",
     "aggregate",
     "align_curves",

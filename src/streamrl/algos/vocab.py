@@ -6,9 +6,10 @@ them, so every policy distribution is normalised over the vocabulary without the
 gradient from these terms. With no excluded ids this is the ordinary softmax policy.
 
 Memory: logits ``[B, T, V]`` are large (V ~ 150k). Instead of a full ``log_softmax`` (one more
-``[B, T, V]`` tensor saved for backward, plus masked copies), both functions work in row chunks
-inside custom autograd functions that save only the logits they were given and one or two scalars
-per position; the backward pass writes the single ``[B, T, V]`` gradient chunk by chunk.
+``[B, T, V]`` tensor saved for backward, plus masked copies), log-probs and entropy come from one
+custom autograd function working in small row chunks, which saves only the logits it was given and
+two or three scalars per position; the backward pass writes the single ``[B, T, V]`` gradient
+chunk by chunk (``action_log_probs_and_entropy`` gives both terms from one pass and one gradient).
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-# Rows per chunk are chosen so a float32 temporary stays near 2**24 elements (64 MiB).
-_CHUNK_ELEMENTS = 1 << 24
+# Rows per chunk are chosen so a float32 temporary stays near 2**18 elements (1 MiB): a chunk's
+# copies stay in a core's L2 cache across the passes over them, and a small block is reused by
+# the allocator instead of fresh pages for each (at 334 x 49,152 logits, forward + backward of
+# log-probs and entropy 0.44 s with separate functions and 64 MiB chunks, 0.12 s so).
+_CHUNK_ELEMENTS = 1 << 18
 
 
 def _compute_dtype(logits: torch.Tensor) -> torch.dtype:
@@ -58,74 +62,63 @@ def _mask_chunk(chunk: torch.Tensor, excluded: torch.Tensor) -> torch.Tensor:
     return chunk.index_fill(-1, excluded, float("-inf"))
 
 
-class _ActionLogProbs(torch.autograd.Function):
-    """``[N, V]`` logits and ``[N]`` tokens -> ``[N]`` log-probs over the non-excluded ids.
+class _ActionTerms(torch.autograd.Function):
+    """``[N, V]`` logits -> ``[N]`` log-probs of ``tokens`` (or None) and ``[N]`` entropies (or
+    None), of the softmax over the non-excluded ids; one pass over each chunk serves both.
 
-    Computed as ``(z_tok - m) - log sum exp(z - m)`` with ``m`` the row maximum, so no precision is
-    lost to a large common offset. Gradient: ``1[w = tok] - p_w``, exactly 0 on excluded ids.
+    Log-prob: ``(z_tok - m) - log sum exp(z - m)`` with ``m`` the row maximum, so no precision is
+    lost to a large common offset. Entropy: ``H = lse - E_p[z]``. Gradient, with ``g`` and ``h``
+    the incoming gradients of the log-prob and the entropy: ``g (1[w = tok] - p_w) + h p_w (E_p[z]
+    - z_w)``, exactly 0 on excluded ids and wherever ``p_w = 0``. Each chunk is a few in-place
+    passes over small copies that stay in cache (the step is memory-bound); the backward writes
+    the one ``[N, V]`` gradient.
     """
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, tokens: torch.Tensor, excluded: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        dtype = _compute_dtype(logits)
-        out = torch.empty(logits.shape[0], dtype=dtype, device=logits.device)
-        lse = torch.empty_like(out)
-        for rows in _row_chunks(*logits.shape):
-            masked = _mask_chunk(logits[rows].to(dtype), excluded)  # a fresh chunk copy
-            shift = masked.max(dim=-1).values
-            picked = masked.gather(1, tokens[rows, None]).squeeze(1)
-            log_sum = masked.sub_(shift[:, None]).exp_().sum(dim=-1).log()  # in place on the copy
-            out[rows] = (picked - shift) - log_sum
-            lse[rows] = shift + log_sum
-        ctx.save_for_backward(logits, tokens, excluded, lse)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
-        logits, tokens, excluded, lse = ctx.saved_tensors
-        grad = torch.empty_like(logits)
-        for rows in _row_chunks(*logits.shape):
-            local = _mask_chunk(logits[rows].to(lse.dtype), excluded)
-            local.sub_(lse[rows, None]).exp_().mul_(-grad_out[rows, None])  # -g * p, in place
-            local.scatter_add_(1, tokens[rows, None], grad_out[rows, None])
-            grad[rows] = local.to(grad.dtype)
-        return grad, None, None
-
-
-class _ActionEntropy(torch.autograd.Function):
-    """``[N, V]`` logits -> ``[N]`` entropy of the softmax over the non-excluded ids.
-
-    ``H = lse - E_p[z]`` and ``dH/dz_k = p_k (E_p[z] - z_k)`` times the incoming gradient, zero
-    where ``p_k = 0``. Each chunk is a few in-place passes over one copy (the step is memory-bound).
-    """
-
-    @staticmethod
-    def forward(ctx, logits: torch.Tensor, excluded: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, logits: torch.Tensor, tokens: torch.Tensor | None, excluded: torch.Tensor,  # type: ignore[override]
+                with_entropy: bool) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        ctx.set_materialize_grads(False)
         dtype = _compute_dtype(logits)
         lse = torch.empty(logits.shape[0], dtype=dtype, device=logits.device)
-        mean_logit = torch.empty_like(lse)
+        logprobs = None if tokens is None else torch.empty_like(lse)
+        mean_logit = torch.empty_like(lse) if with_entropy else None
         for rows in _row_chunks(*logits.shape):
             chunk = logits[rows].to(dtype)
             weights = _mask_chunk(chunk, excluded)  # a fresh chunk copy
             shift = weights.amax(dim=-1)
+            picked = None if tokens is None else weights.gather(1, tokens[rows, None]).squeeze(1)
             weights.sub_(shift[:, None]).exp_()  # unnormalised probabilities
             total = weights.sum(dim=-1)
-            lse[rows] = shift + total.log()
-            mean_logit[rows] = _weighted_sums(weights, chunk) / total
-        ctx.save_for_backward(logits, excluded, lse, mean_logit)
-        return lse - mean_logit
+            log_sum = total.log()
+            lse[rows] = shift + log_sum
+            if logprobs is not None:
+                logprobs[rows] = (picked - shift) - log_sum
+            if mean_logit is not None:
+                mean_logit[rows] = _weighted_sums(weights, chunk) / total
+        ctx.save_for_backward(logits, tokens, excluded, lse, mean_logit)
+        return logprobs, None if mean_logit is None else lse - mean_logit
 
     @staticmethod
-    def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
-        logits, excluded, lse, mean_logit = ctx.saved_tensors
+    def backward(ctx, grad_logprobs: torch.Tensor | None, grad_entropy: torch.Tensor | None):  # type: ignore[override]
+        logits, tokens, excluded, lse, mean_logit = ctx.saved_tensors
+        if grad_logprobs is None and grad_entropy is None:
+            return None, None, None, None
         grad = torch.empty_like(logits)
         for rows in _row_chunks(*logits.shape):
             chunk = logits[rows].to(lse.dtype)
             probs = _mask_chunk(chunk, excluded).sub_(lse[rows, None]).exp_()
-            # E[z] - z is +inf at a -inf logit, where p == 0: capped, the product is exactly 0
-            spread = (mean_logit[rows, None] - chunk).clamp_(max=torch.finfo(lse.dtype).max)
-            grad[rows] = probs.mul_(spread).mul_(grad_out[rows, None]).to(grad.dtype)
-        return grad, None
+            if grad_entropy is not None:
+                # E[z] - z is +inf at a -inf logit, where p == 0: capped, the product is exactly 0
+                local = (mean_logit[rows, None] - chunk).clamp_(max=torch.finfo(lse.dtype).max)
+                local.mul_(probs).mul_(grad_entropy[rows, None])
+                if grad_logprobs is not None:
+                    local.sub_(probs.mul_(grad_logprobs[rows, None]))
+            else:
+                local = probs.mul_(-grad_logprobs[rows, None])
+            if grad_logprobs is not None:
+                local.scatter_add_(1, tokens[rows, None], grad_logprobs[rows, None])
+            grad[rows] = local.to(grad.dtype)
+        return grad, None, None, None
 
 
 def _weighted_sums(weights: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -152,6 +145,28 @@ def action_log_probs(
     Raises:
         ValueError: a token id is out of range or is one of the excluded ids.
     """
+    return _action_terms(logits, tokens, excluded_ids, with_entropy=False)[0]
+
+
+def action_log_probs_and_entropy(
+    logits: torch.Tensor, tokens: torch.Tensor, excluded_ids: Sequence[int] | torch.Tensor = ()
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(action_log_probs(...), entropy(logits, excluded_ids))`` from one pass over the logits
+    (what a learner's loss takes); same arguments and checks as ``action_log_probs``."""
+    return _action_terms(logits, tokens, excluded_ids, with_entropy=True)
+
+
+def entropy(logits: torch.Tensor, excluded_ids: Sequence[int] | torch.Tensor = ()) -> torch.Tensor:
+    """Entropy of the action-vocabulary policy at each position: ``[B, T, V]`` -> ``[B, T]``."""
+    vocab = logits.shape[-1]
+    excluded = _excluded_tensor(excluded_ids, vocab, logits.device)
+    _, entropies = _ActionTerms.apply(logits.reshape(-1, vocab), None, excluded, True)
+    return entropies.reshape(logits.shape[:-1])
+
+
+def _action_terms(
+    logits: torch.Tensor, tokens: torch.Tensor, excluded_ids: Sequence[int] | torch.Tensor, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     if tokens.shape != logits.shape[:-1]:
         raise ValueError(f"tokens has shape {tuple(tokens.shape)} but logits has {tuple(logits.shape)}")
     vocab = logits.shape[-1]
@@ -160,12 +175,5 @@ def action_log_probs(
         raise ValueError(f"tokens must lie in [0, {vocab - 1}]")
     if excluded.numel() and bool(torch.isin(tokens, excluded).any()):
         raise ValueError(f"tokens contain excluded ids {excluded.tolist()} (value tokens must never be actions)")
-    flat_tokens = tokens.reshape(-1).long()
-    return _ActionLogProbs.apply(logits.reshape(-1, vocab), flat_tokens, excluded).reshape(tokens.shape)
-
-
-def entropy(logits: torch.Tensor, excluded_ids: Sequence[int] | torch.Tensor = ()) -> torch.Tensor:
-    """Entropy of the action-vocabulary policy at each position: ``[B, T, V]`` -> ``[B, T]``."""
-    vocab = logits.shape[-1]
-    excluded = _excluded_tensor(excluded_ids, vocab, logits.device)
-    return _ActionEntropy.apply(logits.reshape(-1, vocab), excluded).reshape(logits.shape[:-1])
+    logprobs, entropies = _ActionTerms.apply(logits.reshape(-1, vocab), tokens.reshape(-1).long(), excluded, with_entropy)
+    return logprobs.reshape(tokens.shape), None if entropies is None else entropies.reshape(tokens.shape)

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from streamrl.algos.vocab import action_log_probs, entropy
+from streamrl.algos.vocab import action_log_probs, action_log_probs_and_entropy
 from streamrl.policy.modeling import (
     as_attention_bias,
     decoder_and_head,
@@ -109,8 +109,13 @@ def forward_for_loss(
     if temperature != 1.0:
         logits = logits / temperature
     shape = input_ids.shape
-    logprobs = _scatter(shape, rows, cols, action_log_probs(logits, input_ids[rows, cols], excluded_ids))
-    entropies = _scatter(shape, rows, cols, entropy(logits, excluded_ids)) if with_entropy else None
+    tokens = input_ids[rows, cols]
+    if with_entropy:
+        token_logprobs, token_entropies = action_log_probs_and_entropy(logits, tokens, excluded_ids)
+        entropies = _scatter(shape, rows, cols, token_entropies)
+    else:
+        token_logprobs, entropies = action_log_probs(logits, tokens, excluded_ids), None
+    logprobs = _scatter(shape, rows, cols, token_logprobs)
 
     value_logits = None
     if value_mask is not None and value_token_ids is not None:

@@ -19,6 +19,7 @@ from streamrl.policy.api import InferenceEngine
 from streamrl.policy.engines import make_engine
 from streamrl.rollout import Rollout, RolloutSettings
 from streamrl.rollout.evaluate import run_episodes
+from streamrl.train.allocator import keep_freed_memory
 from streamrl.train.assemble import make_learner
 from streamrl.train.backends import rollout_backend
 from streamrl.train.config import Config
@@ -37,6 +38,7 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
     """Train into ``out_dir`` (refused when not empty unless ``resume`` or ``overwrite``); returns the
     summary (``finished_earlier`` when a resumed run had already reached ``train.steps``)."""
     echo = echo or functools.partial(print, flush=True)  # progress lines must reach logs promptly
+    keep_freed_memory()  # every update reuses its tensors' memory instead of faulting it in again
     check_resources(config)  # a run that cannot fit in memory is refused before any work
     ws = Workspace(Path(out_dir), config, echo, resume=resume, overwrite=overwrite)
     finished = ws.finished()
