@@ -102,3 +102,18 @@ def test_engine_with_and_without_fused_forward_agree(small_policy):
     for key, result in plain.items():
         assert fused[key].token_ids == result.token_ids
         assert torch.allclose(torch.tensor(fused[key].logprobs), torch.tensor(result.logprobs), atol=1e-5)
+
+
+def test_weights_are_stored_input_major_and_a_tied_head_stays_tied():
+    model = copy.deepcopy(load_policy(SMALL_TINY, seed=0).model).eval().requires_grad_(False)
+    decoder, head = decoder_and_head(model)
+    assert decoder.embed_tokens.weight is head.weight  # the tiny model ties them
+    before = {key: tensor.clone() for key, tensor in model.state_dict().items()}
+    fused = FusedDecoder.build(model)
+    assert decoder.embed_tokens.weight is head.weight
+    layer = decoder.layers[0]
+    for linear in (layer.self_attn.q_proj, layer.self_attn.o_proj, layer.mlp.down_proj, head):
+        assert linear.weight.stride(0) == 1  # [in, out] storage, [out, in] parameter view
+    assert fused.layers[0].qkv[0].t().is_contiguous()
+    for key, tensor in model.state_dict().items():  # same values
+        assert torch.equal(tensor, before[key]), key

@@ -74,3 +74,15 @@ def test_greedy_and_seeded_rows():
     masked = logits.index_fill(-1, banned, float("-inf"))
     assert first[0] == masked[0].argmax() and first[0] != banned[0]
     assert first[1] == again[1] and first[2] == again[2]  # same seed, same draw
+
+
+def test_greedy_rows_among_sampled_rows_take_their_argmax_and_its_log_prob():
+    logits = torch.randn(5, 40)
+    banned = torch.tensor([3])
+    temperature = torch.tensor([0.0, 1.0, 0.0, 0.7, 0.0])
+    ids, logprobs = sample_next(logits, temperature, torch.ones(5), [None] * 5, banned)
+    masked = logits.index_fill(-1, banned, float("-inf"))
+    for row in (0, 2, 4):
+        assert ids[row] == masked[row].argmax()
+        assert torch.isclose(logprobs[row], masked[row].log_softmax(-1)[ids[row]], atol=1e-6)
+    assert not (ids == banned[0]).any()

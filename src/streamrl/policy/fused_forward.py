@@ -11,7 +11,11 @@ write (the engine takes logits there only), so the returned hidden states are th
 The fused weights are the model's own storage: each layer's q/k/v and gate/up projection
 parameters are re-pointed at row blocks of one tensor. ``load_state_dict`` (``update_weights``)
 copies into parameters in place, so new weights reach the fused tensors, and no weight is held
-twice. ``FusedDecoder.build`` returns None for any other structure (the engine then keeps
+twice. Every projection's weight (o, down and the output head too, an embedding tied to the head
+following it) is stored input-major (the transpose of
+``nn.Linear``'s layout, the parameter a transposed view of it): ``F.linear`` then multiplies by a
+contiguous ``[in, out]`` matrix, the same result 10-20% faster at the engine's 64-row shapes
+(measured on the 2-core Xeon: SmolLM2 gate/up 2.9 -> 2.6 ms, down 1.6 -> 1.4 ms per layer). ``FusedDecoder.build`` returns None for any other structure (the engine then keeps
 transformers' forward).
 """
 
@@ -37,10 +41,15 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos[:, :, None] + rotated * sin[:, :, None]
 
 
+def input_major(weight: torch.Tensor) -> torch.Tensor:
+    """``weight [out, in]`` with the same values, stored as a contiguous ``[in, out]`` (a transposed view)."""
+    return weight.detach().t().contiguous().t()
+
+
 def fuse(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One ``(weight, bias)`` for ``linears`` that read the same input, their outputs side by side;
     each module's parameters become views of it (see the module docstring)."""
-    weight = torch.cat([m.weight.detach() for m in linears])
+    weight = input_major(torch.cat([m.weight.detach() for m in linears]))
     bias = None if linears[0].bias is None else torch.cat([m.bias.detach() for m in linears])
     start = 0
     for m in linears:
@@ -62,14 +71,20 @@ class _Layer:
         self.qkv = fuse([attn.q_proj, attn.k_proj, attn.v_proj])
         self.gate_up = fuse([mlp.gate_proj, mlp.up_proj])
         self.o_proj, self.down_proj = attn.o_proj, mlp.down_proj
+        for linear in (self.o_proj, self.down_proj):
+            linear.weight = nn.Parameter(input_major(linear.weight), requires_grad=False)
         self.scaling = attn.scaling
 
 
 class FusedDecoder:
     """``decoder(input_ids, mask, positions, cache)`` -> last hidden states (module docstring)."""
 
-    def __init__(self, decoder: Any):
+    def __init__(self, decoder: Any, head: nn.Linear):
         config = decoder.config
+        tied = decoder.embed_tokens.weight is head.weight
+        head.weight = nn.Parameter(input_major(head.weight), requires_grad=False)
+        if tied:
+            decoder.embed_tokens.weight = head.weight
         self.embed, self.rotary, self.norm = decoder.embed_tokens, decoder.rotary_emb, decoder.norm
         self.layers = [_Layer(layer) for layer in decoder.layers[: config.num_hidden_layers]]
         self.head_dim = decoder.layers[0].self_attn.head_dim
@@ -80,11 +95,11 @@ class FusedDecoder:
     def build(cls, model: Any) -> FusedDecoder | None:
         """A fused forward over ``model``'s decoder, or None when its structure is not the one
         computed here (another model type, activation, norm or projection class, e.g. LoRA layers)."""
-        decoder, _ = decoder_and_head(model)
+        decoder, head = decoder_and_head(model)
         config = decoder.config
         if getattr(config, "model_type", None) not in SUPPORTED_MODEL_TYPES or config.hidden_act != "silu":
             return None
-        if not all(hasattr(decoder, name) for name in ("embed_tokens", "rotary_emb", "norm", "layers")):
+        if type(head) is not nn.Linear or not all(hasattr(decoder, name) for name in ("embed_tokens", "rotary_emb", "norm", "layers")):
             return None
         for layer in decoder.layers[: config.num_hidden_layers]:
             attn, mlp = layer.self_attn, getattr(layer, "mlp", None)
@@ -99,7 +114,7 @@ class FusedDecoder:
             norms += [getattr(attn, name) for name in ("q_norm", "k_norm") if hasattr(attn, name)]
             if not all(type(n).__name__.endswith("RMSNorm") for n in norms):  # applied as modules
                 return None
-        return cls(decoder)
+        return cls(decoder, head)
 
     def __call__(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
         """``input_ids, positions [B, Q]``, bool ``mask [B, 1, Q, K]``, ``cache`` with transformers'

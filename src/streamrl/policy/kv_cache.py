@@ -11,8 +11,8 @@ Both cache classes implement just the part of the transformers cache protocol th
 layers use (``update``, also all the engine's own ``FusedDecoder`` uses); the decode loop always
 passes explicit positions and a 4D mask, so no other cache method is needed. ``engine_attention``
 (registered with transformers as ``streamrl_engine``) is the attention function of the engine's
-model copy: grouped-query attention without repeating K/V (an einsum for single-token decode,
-SDPA with ``enable_gqa`` for prefill).
+model copy: grouped-query attention without repeating K/V (SDPA with each KV head's query heads
+folded into the query dimension for single-token decode, SDPA with ``enable_gqa`` for prefill).
 """
 
 from __future__ import annotations
@@ -41,21 +41,18 @@ def engine_attention(
     kv_heads = key.shape[1]
     scale = head_dim**-0.5 if scaling is None else scaling
     if q_len == 1:
-        # each KV head serves `groups` query heads: fold them into the matmul's row dimension
+        # each KV head serves `groups` query heads: fold them into SDPA's query dimension (one
+        # [groups, k] score block per KV head; with enable_gqa instead, SmolLM2 is ~15% slower)
         groups = heads // kv_heads
         q = query.reshape(batch, kv_heads, groups, head_dim)
         if key.device.type == "cpu" and key.dtype != torch.float32:
-            # slab views are strided (capacity > k columns): on CPU, half-precision matmul reads
-            # them slowly, and copying first is faster (64 rows x 600 columns of SmolLM2: 358 vs
-            # 521 ms per step); float32 matmul is faster strided (503 vs 677 ms), so it is left alone
+            # slab views are strided (capacity > k columns): on CPU, half-precision reads them
+            # slowly, and copying first is faster (64 rows x 600 columns of SmolLM2: 358 vs 521 ms
+            # per step); float32 is faster strided, so it is left alone
             key, value = key.contiguous(), value.contiguous()
-        # einsum, not matmul against key.transpose: it runs the strided slab view ~2x faster
-        # (SmolLM2, 64 rows x 150 columns: 2.1 vs 4.8 ms per layer)
-        scores = torch.einsum("bhgd,bhkd->bhgk", q, key).float() * scale  # [B, H_kv, groups, k]
-        if attention_mask is not None:
-            scores = scores.masked_fill(~attention_mask.reshape(batch, 1, 1, -1), float("-inf"))
-        probs = scores.softmax(-1).to(value.dtype)
-        out = torch.matmul(probs, value).reshape(batch, heads, 1, head_dim)
+        mask = None if attention_mask is None else attention_mask.reshape(batch, 1, 1, -1)
+        out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, scale=scale)
+        out = out.reshape(batch, heads, 1, head_dim)
     else:
         # no mask: transformers skipped a plain causal one (the model used outside the engine);
         # enable_gqa instead of repeating K/V: same result, SmolLM2 prefill 12.5 -> 8 ms per layer

@@ -72,8 +72,11 @@ def sample_next(
     # kernel computes it, in one vocabulary-sized tensor (scaled logits, then unnormalised
     # probabilities) instead of four: 37 -> 10 ms at 64 x 49,152
     scaled = mask_excluded_logits_(logits.float() / scale, banned)
-    best = scaled.max(-1)
-    probs = scaled.sub_(best.values[:, None]).exp_()
+    # argmax only over the greedy rows: max with indices costs 7x amax (3.4 vs 0.5 ms at 64 x 49,152)
+    greedy_rows = greedy.nonzero()[:, 0].to(logits.device) if bool(greedy.any()) else None
+    argmax = None if greedy_rows is None else scaled[greedy_rows].max(-1).indices
+    best = scaled.amax(-1)
+    probs = scaled.sub_(best[:, None]).exp_()
     total = probs.sum(-1)
     log_total = total.log()
     if bool((top_p < 1).any()):
@@ -86,7 +89,7 @@ def sample_next(
         if generator is not None:
             uniforms[i] = torch.rand(1, generator=generator, device=logits.device)[0]
     ids = inverse_cdf_sample(probs, uniforms)
-    if bool(greedy.any()):
-        ids = torch.where(greedy.to(ids.device), best.indices, ids)
+    if greedy_rows is not None:
+        ids[greedy_rows] = argmax
     chosen = logits.gather(1, ids[:, None]).float() / scale
-    return ids, (chosen[:, 0] - best.values) - log_total
+    return ids, (chosen[:, 0] - best) - log_total
