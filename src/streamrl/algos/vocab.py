@@ -158,22 +158,23 @@ def action_log_probs_and_entropy(
 
 def entropy(logits: torch.Tensor, excluded_ids: Sequence[int] | torch.Tensor = ()) -> torch.Tensor:
     """Entropy of the action-vocabulary policy at each position: ``[B, T, V]`` -> ``[B, T]``."""
-    vocab = logits.shape[-1]
-    excluded = _excluded_tensor(excluded_ids, vocab, logits.device)
-    _, entropies = _ActionTerms.apply(logits.reshape(-1, vocab), None, excluded, True)
-    return entropies.reshape(logits.shape[:-1])
+    return _action_terms(logits, None, excluded_ids, with_entropy=True)[1]
 
 
 def _action_terms(
-    logits: torch.Tensor, tokens: torch.Tensor, excluded_ids: Sequence[int] | torch.Tensor, with_entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    if tokens.shape != logits.shape[:-1]:
-        raise ValueError(f"tokens has shape {tuple(tokens.shape)} but logits has {tuple(logits.shape)}")
+    logits: torch.Tensor, tokens: torch.Tensor | None, excluded_ids: Sequence[int] | torch.Tensor, with_entropy: bool
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Checks, flattens to ``[N, V]`` and runs ``_ActionTerms``; ``tokens`` None: entropy only."""
     vocab = logits.shape[-1]
     excluded = _excluded_tensor(excluded_ids, vocab, logits.device)
-    if tokens.numel() and (bool((tokens < 0).any()) or bool((tokens >= vocab).any())):
-        raise ValueError(f"tokens must lie in [0, {vocab - 1}]")
-    if excluded.numel() and bool(torch.isin(tokens, excluded).any()):
-        raise ValueError(f"tokens contain excluded ids {excluded.tolist()} (value tokens must never be actions)")
-    logprobs, entropies = _ActionTerms.apply(logits.reshape(-1, vocab), tokens.reshape(-1).long(), excluded, with_entropy)
-    return logprobs.reshape(tokens.shape), None if entropies is None else entropies.reshape(tokens.shape)
+    if tokens is not None:
+        if tokens.shape != logits.shape[:-1]:
+            raise ValueError(f"tokens has shape {tuple(tokens.shape)} but logits has {tuple(logits.shape)}")
+        if tokens.numel() and (bool((tokens < 0).any()) or bool((tokens >= vocab).any())):
+            raise ValueError(f"tokens must lie in [0, {vocab - 1}]")
+        if excluded.numel() and bool(torch.isin(tokens, excluded).any()):
+            raise ValueError(f"tokens contain excluded ids {excluded.tolist()} (value tokens must never be actions)")
+        tokens = tokens.reshape(-1).long()
+    logprobs, entropies = _ActionTerms.apply(logits.reshape(-1, vocab), tokens, excluded, with_entropy)
+    shape = logits.shape[:-1]
+    return (None if logprobs is None else logprobs.reshape(shape)), (None if entropies is None else entropies.reshape(shape))
