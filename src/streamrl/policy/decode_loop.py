@@ -81,6 +81,7 @@ class DecodeLoop:
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.rows: dict[int, _Row] = {}  # slot -> row
         self.prefixes = PrefixStore(prefix_cache_tokens)
+        self._logits: torch.Tensor | None = None  # the decode step's logits buffer (_decode_logits)
         self._version = 0
         self.stats = {"decode_steps": 0, "generated_tokens": 0, "prefill_tokens": 0, "reused_tokens": 0, "slot_steps": 0}
 
@@ -253,13 +254,24 @@ class DecodeLoop:
         slab.end += 1
         self.stats["decode_steps"] += 1
         self.stats["slot_steps"] += slab.slots
-        logits = self.head(hidden[index.to(self.device), -1])
+        logits = self._decode_logits(hidden[index.to(self.device), -1])
         for row in rows:
             row.next_position += 1
         going = set(self._sample_and_check(rows, logits, positions=None))
         for row in rows:
             if row not in going:
                 self._free(row)
+
+    def _decode_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The head's ``[n, V]`` logits of a decode step, written into one buffer kept across steps:
+        a fresh vocabulary-sized tensor every step is page-faulted in anew (SmolLM2, 64 rows:
+        about 6 ms of a 125 ms bfloat16 step). Valid until the next step."""
+        if type(self.head) is not torch.nn.Linear or self.head.bias is not None:
+            return self.head(hidden)
+        rows = hidden.shape[0]
+        if self._logits is None or self._logits.dtype != hidden.dtype:
+            self._logits = torch.empty(self.max_batch_size, self.vocab_size, dtype=hidden.dtype, device=self.device)
+        return torch.mm(hidden, self.head.weight.t(), out=self._logits[:rows])
 
     def _mostly_empty(self) -> bool:
         """More empty slots than live ones: worth a compacting copy (it halves the work per step)."""
