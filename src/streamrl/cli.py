@@ -101,7 +101,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     claim_folder(out, overwrite=args.overwrite)
     model = config.model
     policy = load_policy(model.init_from or model.spec, dtype=model.dtype, device=model.device, threads=model.threads,
-                         seed=config.train.seed, model_overrides=model.overrides or None)
+                         seed=config.train.seed, model_overrides=model.overrides or None, float32_weights=True)
     demos = asyncio.run(collect_demonstrations(config, policy))
     logger = MetricsLogger(out / "metrics.jsonl", resume_offset=0)
     metrics = behaviour_cloning(config, policy, demos, log=lambda s, m: logger.log(s, m, "sft"))

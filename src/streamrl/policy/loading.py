@@ -62,6 +62,7 @@ def load_policy(
     seed: int = 0,
     model_overrides: dict[str, Any] | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
+    float32_weights: bool = False,
 ) -> Policy:
     """Build a ``Policy`` from ``spec`` (see the module docstring).
 
@@ -69,7 +70,10 @@ def load_policy(
     by name, False disables them. ``lora``: ``{"r", "alpha", "dropout", "target_modules"}``.
     ``model_overrides``: config fields (for ``tiny`` also the short names hidden, layers, heads,
     kv_heads, intermediate, max_positions). ``seed`` seeds the tiny model's random weights and the
-    value-token initialisation.
+    value-token initialisation. ``float32_weights`` (for a policy that will be trained): when
+    ``dtype`` is a half-precision one, keep the weights in float32 and compute in ``dtype``
+    (``Policy.compute_dtype``: mixed precision); a LoRA policy keeps its base in ``dtype`` (only its
+    adapters train, and peft keeps those in float32).
     """
     import torch
 
@@ -77,6 +81,10 @@ def load_policy(
     # a missing folder fails before dtype auto announces its choice: a bad input is one line
     folder = None if name == "tiny" or str(spec) == "smollm2-135m" else _as_folder(spec)
     torch_dtype = resolve_dtype(dtype, device)
+    compute_dtype = None
+    if float32_weights and not lora and torch_dtype in (torch.bfloat16, torch.float16):
+        compute_dtype, torch_dtype = torch_dtype, torch.float32
+        _announce(device, f"training keeps float32 weights; matrix multiplies and generation run in {str(compute_dtype).removeprefix('torch.')}")
     _check_device(device)
     if threads is not None:
         if threads < 1:
@@ -105,7 +113,8 @@ def load_policy(
     model.to(device)
     vocab_rows = model.get_input_embeddings().weight.shape[0]
     banned = sorted(set(value_ids or ()) | set(unreachable_ids(vocab_rows, len(tokenizer))))
-    return Policy(model, tokenizer, value_ids, tuple(banned), base_recipe=recipe, lora=dict(lora) if lora else None)
+    return Policy(model, tokenizer, value_ids, tuple(banned), base_recipe=recipe, lora=dict(lora) if lora else None,
+                  compute_dtype=compute_dtype)
 
 
 def shipped_warm_starts() -> dict[str, Path]:
@@ -139,10 +148,15 @@ def resolve_dtype(dtype: Any, device: str = "cpu") -> Any:
     name = DTYPE_NAMES[str(dtype)]
     if name == "auto":
         name, reason = choose_dtype(device)
-        if (str(device), name) not in _ANNOUNCED:
-            _ANNOUNCED.add((str(device), name))
-            print(f"streamrl: dtype auto -> {name} on {device} ({reason})", file=sys.stderr, flush=True)
+        _announce(device, f"dtype auto -> {name} on {device} ({reason})")
     return getattr(torch, name)
+
+
+def _announce(device: str, message: str) -> None:
+    """Print ``message`` on stderr once per process and device."""
+    if (str(device), message) not in _ANNOUNCED:
+        _ANNOUNCED.add((str(device), message))
+        print(f"streamrl: {message}", file=sys.stderr, flush=True)
 
 
 def _check_device(device: str) -> None:

@@ -4,10 +4,17 @@
 the model (``inference_model``) and the weights to refresh it with (``state_dict_for_engine``),
 and saves to a folder that ``load_policy`` reads back (a ``save_pretrained`` folder, or a peft
 adapter folder plus the recipe of its base model).
+
+Mixed precision (``compute_dtype``): a policy that is trained keeps its weights in float32 while
+its matrix multiplies run in bfloat16 (``autocast``) and its engines get bfloat16 copies. Adam's
+updates are often below bfloat16's resolution (8 bits of mantissa: a step of 3e-4 on a weight of
+0.05 rounds away), so training the bfloat16 weights themselves loses much of what RL learns
+(measured on the ``pick_object`` toy: docs/results/speed.md, "Mixed precision").
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 from dataclasses import dataclass, field
@@ -33,6 +40,9 @@ class Policy:
     #: how to rebuild the base weights, e.g. {"spec": "tiny", "model_overrides": {...}, "seed": 0}
     base_recipe: dict[str, Any] = field(default_factory=dict)
     lora: dict[str, Any] | None = None
+    #: the dtype engines and the learner's matrix multiplies run in, when it differs from the
+    #: weights' (float32 weights, bfloat16 compute); None: the weights' dtype
+    compute_dtype: Any = None
     codec: ChatTemplateCodec = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -73,6 +83,21 @@ class Policy:
         head = self.model.get_output_embeddings()
         return int(head.weight.shape[0]) if head is not None else int(self.model.config.vocab_size)
 
+    @property
+    def run_dtype(self) -> Any:
+        """The dtype the model computes in: ``compute_dtype``, else the weights'."""
+        return self.compute_dtype or self.dtype
+
+    def autocast(self) -> Any:
+        """A context in which forward passes of ``model`` compute in ``compute_dtype`` (torch's
+        autocast: matrix multiplies in bfloat16, gradients reaching the float32 weights); a no-op
+        context without mixed precision."""
+        import torch
+
+        if self.compute_dtype is None or self.compute_dtype == self.dtype:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.compute_dtype)
+
     def trainable_parameters(self) -> list[Any]:
         return [p for p in self.model.parameters() if p.requires_grad]
 
@@ -87,7 +112,8 @@ class Policy:
         return merged_weights(self.model)
 
     def inference_model(self, dtype: Any = None, device: Any = None) -> Any:
-        """A separate, frozen, plain copy of the model (LoRA merged in) for a generation engine."""
+        """A separate, frozen, plain copy of the model (LoRA merged in) for a generation engine, in
+        ``dtype`` (default: ``run_dtype``)."""
         clone = copy.deepcopy(self.model)
         if is_peft_model(clone):
             clone = clone.merge_and_unload()
@@ -95,7 +121,7 @@ class Policy:
         for parameter in clone.parameters():
             parameter.grad = None
         clone.eval()
-        return clone.to(device=self.device if device is None else device, dtype=self.dtype if dtype is None else dtype)
+        return clone.to(device=self.device if device is None else device, dtype=self.run_dtype if dtype is None else dtype)
 
     # -- persistence -------------------------------------------------------------------------------
 

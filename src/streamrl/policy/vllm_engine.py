@@ -125,11 +125,11 @@ class VLLMEngine:
     @classmethod
     def from_policy(cls, policy: Any, *, version: int = 0, seed: int = 0, **engine_args: Any) -> VLLMEngine:
         """vLLM over ``policy`` exported as a merged Hugging Face folder (LoRA merged in, value-token
-        rows kept), in the policy's dtype; ``engine_args`` go to vLLM's ``AsyncEngineArgs``."""
+        rows kept), in the dtype it runs in (``run_dtype``); ``engine_args`` go to vLLM's ``AsyncEngineArgs``."""
         from streamrl.policy.export import export_policy
 
         folder = export_policy(policy, Path(tempfile.mkdtemp(prefix="streamrl-vllm-")))
-        dtype = str(policy.dtype).removeprefix("torch.")
+        dtype = str(policy.run_dtype).removeprefix("torch.")
         surface = RealVLLM(folder, seed=seed, dtype=dtype, **engine_args)
         return cls(surface, vocab_size=policy.vocab_size, banned_token_ids=policy.banned_token_ids,
                    weight_names=policy.state_dict_for_engine().keys(), version=version)

@@ -35,7 +35,7 @@ class Critic(torch.nn.Module):
 
     def __init__(self, policy: Any):
         super().__init__()
-        plain = policy.inference_model()  # a detached copy, LoRA merged
+        plain = policy.inference_model(dtype=policy.dtype)  # a detached copy, LoRA merged, trainable precision
         decoder, _ = decoder_and_head(plain)
         self.decoder = copy.deepcopy(decoder).requires_grad_(True)
         hidden = plain.config.hidden_size
@@ -69,6 +69,7 @@ class CriticUpdater:
         gradient_checkpointing: bool = False,
     ):
         self.model = Critic(policy)
+        self.autocast = policy.autocast  # the policy's mixed precision, if any
         if gradient_checkpointing:
             enable_gradient_checkpointing(self.model.decoder)
         self.optimizer = adamw(self.model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
@@ -83,7 +84,8 @@ class CriticUpdater:
         self.model.eval()
         values = torch.zeros(positions.numel(), dtype=torch.float32)
         for tensors, pick, rows, cols in position_chunks(batch, positions, self.micro_batch_size):
-            values[pick] = self.model(tensors["input_ids"], tensors["attention_mask"], rows, cols)
+            with self.autocast():
+                values[pick] = self.model(tensors["input_ids"], tensors["attention_mask"], rows, cols)
         return values
 
     def update(self, batch: Batch, targets: ValueTargets, *, step: int) -> dict[str, float]:
@@ -95,7 +97,8 @@ class CriticUpdater:
         for _ in range(self.epochs):
             total = 0.0
             for tensors, pick, rows, cols in position_chunks(batch, batch.pre_action, self.micro_batch_size):
-                values = self.model(tensors["input_ids"], tensors["attention_mask"], rows, cols)
+                with self.autocast():
+                    values = self.model(tensors["input_ids"], tensors["attention_mask"], rows, cols)
                 loss = value_loss(
                     values, targets.v_old[pick], targets.returns[pick], torch.ones_like(values, dtype=torch.bool),
                     clip=self.value_clip, global_count=count,

@@ -111,15 +111,16 @@ class Learner:
         tensors = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "token_mask": batch.action_mask}
         if values:
             tensors["value_mask"] = batch.value_mask()
-        return score(
-            model,
-            tensors,
-            micro_batch_size=self.settings.optim.micro_batch_size,
-            excluded_ids=tuple(self.policy.banned_token_ids),
-            value_token_ids=self.policy.value_token_ids if values else None,
-            temperature=self.settings.temperature,
-            with_entropy=False,
-        )
+        with self.policy.autocast():
+            return score(
+                model,
+                tensors,
+                micro_batch_size=self.settings.optim.micro_batch_size,
+                excluded_ids=tuple(self.policy.banned_token_ids),
+                value_token_ids=self.policy.value_token_ids if values else None,
+                temperature=self.settings.temperature,
+                with_entropy=False,
+            )
 
     def step(self, trajectories: list[Trajectory]) -> dict[str, float]:
         """One learner step. Metrics include the time of each phase (``time_*_s``): scoring with
@@ -269,17 +270,18 @@ class Learner:
     def _forward_rows(
         self, tensors: dict[str, torch.Tensor], value_mask: torch.Tensor | None = None, with_entropy: bool = False
     ) -> ScoreOutput:
-        return forward_for_loss(
-            self.model,
-            tensors["input_ids"],
-            tensors["attention_mask"],
-            token_mask=tensors["action_mask"],
-            excluded_ids=tuple(self.policy.banned_token_ids),
-            value_token_ids=self.policy.value_token_ids if value_mask is not None else None,
-            value_mask=value_mask,
-            temperature=self.settings.temperature,
-            with_entropy=with_entropy,
-        )
+        with self.policy.autocast():
+            return forward_for_loss(
+                self.model,
+                tensors["input_ids"],
+                tensors["attention_mask"],
+                token_mask=tensors["action_mask"],
+                excluded_ids=tuple(self.policy.banned_token_ids),
+                value_token_ids=self.policy.value_token_ids if value_mask is not None else None,
+                value_mask=value_mask,
+                temperature=self.settings.temperature,
+                with_entropy=with_entropy,
+            )
 
     def _forward(self, micro: MicroBatch) -> ScoreOutput:
         value_mask = None

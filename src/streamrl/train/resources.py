@@ -68,8 +68,10 @@ def parameter_count(config: Config) -> int | None:
 
 
 def model_training_bytes(config: Config, params: int) -> int:
-    width = 2 if config.model.dtype == "bfloat16" else 4
-    copies = 2 if config.model.lora else 5  # weights (+ gradients, two AdamW moments) + the engine's copy
+    if config.model.lora:  # a half-precision base stays so (load_policy's float32_weights)
+        width, copies = (2 if config.model.dtype in ("bfloat16", "bf16", "float16", "fp16") else 4), 2
+    else:  # trained weights, gradients and two AdamW moments in float32, plus the engine's copy
+        width, copies = 4, 5
     if config.train.reference_model or config.algo.kl_coef > 0:
         copies += 1
     if config.algo.trains_critic:

@@ -60,7 +60,8 @@ class RunState:
 def load_run_policy(config: Config, state: dict[str, Any] | None) -> Any:
     model = config.model
     if state is not None:
-        return load_policy(Path(state["path"]) / "policy", dtype=model.dtype, device=model.device, threads=model.threads)
+        return load_policy(Path(state["path"]) / "policy", dtype=model.dtype, device=model.device, threads=model.threads,
+                           float32_weights=True)
     return load_policy(
         model.init_from or model.spec,
         dtype=model.dtype,
@@ -69,6 +70,7 @@ def load_run_policy(config: Config, state: dict[str, Any] | None) -> Any:
         lora=model.lora.model_dump() if model.lora else None,
         seed=config.train.seed,
         model_overrides=model.overrides or None,
+        float32_weights=True,  # trained: half-precision weights would lose Adam's small steps
     )
 
 

@@ -187,10 +187,11 @@ def behaviour_cloning(config: Config, policy: Any, demos: list[Trajectory], log:
             tokens = float(batch.action_mask.sum())
             for rows in micro_batches(batch, list(range(batch.num_rows)), optim.micro_batch_size):
                 tensors = batch.rows(rows)
-                out = forward_for_loss(
-                    model, tensors["input_ids"], tensors["attention_mask"], token_mask=tensors["action_mask"],
-                    excluded_ids=policy.banned_token_ids, with_entropy=False,
-                )
+                with policy.autocast():
+                    out = forward_for_loss(
+                        model, tensors["input_ids"], tensors["attention_mask"], token_mask=tensors["action_mask"],
+                        excluded_ids=policy.banned_token_ids, with_entropy=False,
+                    )
                 mask = tensors["action_mask"]
                 loss = -(out.logprobs * mask).sum() / tokens
                 loss.backward()
