@@ -86,3 +86,18 @@ def test_greedy_rows_among_sampled_rows_take_their_argmax_and_its_log_prob():
         assert ids[row] == masked[row].argmax()
         assert torch.isclose(logprobs[row], masked[row].log_softmax(-1)[ids[row]], atol=1e-6)
     assert not (ids == banned[0]).any()
+
+
+def test_half_precision_logits_sample_like_their_float32_values_and_no_logits_change():
+    """Half-precision logits are divided in a float32 copy, float32 ones in a new tensor: the same
+    draws and log-probs either way, and the caller's logits are never modified."""
+    logits = (torch.randn(32, 500) * 3).to(torch.bfloat16)
+    wide = logits.float()
+    kept_half, kept_wide = logits.clone(), wide.clone()
+    temperature = torch.full((32,), 0.7)
+    draws = [
+        sample_next(x, temperature, torch.ones(32), [None] * 32, torch.tensor([4]), torch.Generator().manual_seed(1))
+        for x in (logits, wide)
+    ]
+    assert torch.equal(draws[0][0], draws[1][0]) and torch.equal(draws[0][1], draws[1][1])
+    assert torch.equal(logits, kept_half) and torch.equal(wide, kept_wide)

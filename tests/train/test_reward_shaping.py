@@ -31,3 +31,20 @@ def test_collate_carries_the_shaped_rewards_and_the_outcome_stays_the_environmen
     batch = collate([trajectory], reward=RewardConfig(ineffective_penalty=0.25))
     assert batch.turns.reward.tolist() == [-0.25, 0.0, 1.0]
     assert trajectory.outcome == 1.0 and trajectory.won
+
+
+def test_a_malformed_action_cheaper_than_an_ineffective_one_is_warned_about():
+    from streamrl.train.config import load_config
+    from streamrl.train.preflight import preflight
+
+    def warnings(*overrides):
+        said = []
+        preflight(load_config("configs/smoke.yaml", ["logging.tensorboard=false", *overrides]), warn=said.append)
+        return said
+
+    cheap = warnings("reward.ineffective_penalty=0.1")
+    assert len(cheap) == 1 and cheap[0].startswith("reward.invalid_format_penalty (0) is below reward.ineffective_penalty")
+    assert warnings("reward.ineffective_penalty=0.1", "reward.invalid_format_penalty=0.1") == []
+    assert warnings() == []
+    default = load_config("configs/default.yaml").reward  # the default run closes that door
+    assert default.invalid_format_penalty >= default.ineffective_penalty > 0

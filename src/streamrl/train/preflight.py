@@ -40,6 +40,7 @@ def preflight(config: Config, *, demonstrations: bool = False, warn: Callable[[s
     finally:
         env.close()
     _check_logging(config, warn)
+    _check_reward(config, warn)
 
 
 def _entry(name: str) -> Any:
@@ -109,3 +110,14 @@ def _check_logging(config: Config, warn: Callable[[str], None]) -> None:
     if logging.tensorboard and importlib.util.find_spec("tensorboard") is None:
         warn("logging.tensorboard: tensorboard is not installed, so metrics go to metrics.jsonl only "
              "(pip install 'streamrl[tensorboard]', or logging.tensorboard=false)")
+
+
+def _check_reward(config: Config, warn: Callable[[str], None]) -> None:
+    """Shaping must not make a malformed action the cheapest failure: if it does, RL can learn to
+    emit malformed actions, and once success is rare that is a stable optimum (measured: a default
+    run went from 34% to 0% success, 100% format-invalid turns, between steps 45 and 59)."""
+    reward = config.reward
+    if reward.ineffective_penalty > reward.invalid_format_penalty:
+        warn(f"reward.invalid_format_penalty ({reward.invalid_format_penalty:g}) is below reward.ineffective_penalty "
+             f"({reward.ineffective_penalty:g}): a malformed action costs less than one the environment cannot carry "
+             "out, and RL can learn to emit malformed actions (set invalid_format_penalty >= ineffective_penalty)")
