@@ -94,7 +94,7 @@ class Policy:
         context without mixed precision."""
         import torch
 
-        if self.compute_dtype is None or self.compute_dtype == self.dtype:
+        if self.compute_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.compute_dtype)
 

@@ -42,14 +42,16 @@ class Critic(torch.nn.Module):
         self.head = torch.nn.Linear(hidden, 1, dtype=next(self.decoder.parameters()).dtype)
         torch.nn.init.zeros_(self.head.weight)
         torch.nn.init.zeros_(self.head.bias)
+        self.autocast = policy.autocast  # the policy's mixed precision, if any
 
     def forward(self, input_ids, attention_mask, rows, cols) -> torch.Tensor:
         """``[B, T]`` ids and mask; returns ``[K]`` values at ``(rows[k], cols[k])``."""
-        hidden = self.decoder(
-            input_ids=input_ids, attention_mask=attention_mask,
-            position_ids=position_ids_from_mask(attention_mask), use_cache=False,
-        ).last_hidden_state
-        return self.head(hidden[rows, cols]).squeeze(-1).float()
+        with self.autocast():
+            hidden = self.decoder(
+                input_ids=input_ids, attention_mask=attention_mask,
+                position_ids=position_ids_from_mask(attention_mask), use_cache=False,
+            ).last_hidden_state
+            return self.head(hidden[rows, cols]).squeeze(-1).float()
 
 
 class CriticUpdater:
@@ -69,7 +71,6 @@ class CriticUpdater:
         gradient_checkpointing: bool = False,
     ):
         self.model = Critic(policy)
-        self.autocast = policy.autocast  # the policy's mixed precision, if any
         if gradient_checkpointing:
             enable_gradient_checkpointing(self.model.decoder)
         self.optimizer = adamw(self.model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
@@ -84,8 +85,7 @@ class CriticUpdater:
         self.model.eval()
         values = torch.zeros(positions.numel(), dtype=torch.float32)
         for tensors, pick, rows, cols in position_chunks(batch, positions, self.micro_batch_size):
-            with self.autocast():
-                values[pick] = self.model(tensors["input_ids"], tensors["attention_mask"], rows, cols)
+            values[pick] = self.model(tensors["input_ids"], tensors["attention_mask"], rows, cols)
         return values
 
     def update(self, batch: Batch, targets: ValueTargets, *, step: int) -> dict[str, float]:
@@ -97,8 +97,7 @@ class CriticUpdater:
         for _ in range(self.epochs):
             total = 0.0
             for tensors, pick, rows, cols in position_chunks(batch, batch.pre_action, self.micro_batch_size):
-                with self.autocast():
-                    values = self.model(tensors["input_ids"], tensors["attention_mask"], rows, cols)
+                values = self.model(tensors["input_ids"], tensors["attention_mask"], rows, cols)
                 loss = value_loss(
                     values, targets.v_old[pick], targets.returns[pick], torch.ones_like(values, dtype=torch.bool),
                     clip=self.value_clip, global_count=count,
