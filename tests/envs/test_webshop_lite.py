@@ -223,6 +223,16 @@ def test_prompts_and_parser(env):
     compact = make_prompt_builder("webshop_lite", style="compact", require_think=False)
     short = compact.step_messages(observation, [], result.observation, result.info)[0]["content"]
     assert len(short) < len(content) and short.startswith("Task: ") and "Reply <action>" in short
+    # compact: each clickable written once, as its action, each result on its own line, no Actions list
+    result_lines = [line for line in short.splitlines() if line.startswith("click[b0")]
+    assert len(result_lines) == 10 and "Actions:" not in short
+    for action in result.info["admissible_actions"]:
+        assert short.count(action) == 1, action
+    first = result_lines[0].split(" | ")
+    asin = first[0][len("click["):-1]
+    assert asin.upper() in result.observation.split(" [SEP] ") and first[2].startswith("$")
+    search_page = compact.step_messages(observation, [], observation, info)[0]["content"]
+    assert "Actions: search[<your query>]" in search_page
     parsed = make_parser("webshop_lite").parse("<think>ok</think><action>click[Buy Now]</action>")
     assert parsed.format_valid and parsed.action == "click[buy now]"
     assert not make_parser("webshop_lite").parse("no tags here at all").format_valid

@@ -144,6 +144,10 @@ class SFTConfig(Section):
     batch_size: StrictInt = Field(16, ge=1)
     #: drop a demo when it fails (demonstrations should be successes)
     only_successes: StrictBool = True
+    #: weight of the next-token loss on prompt tokens (the pages the demonstrator read) next to the
+    #: action loss; 0 trains on actions only (TRL's completion-only default). A from-scratch model
+    #: learns to read and copy from the page far sooner with a small weight (docs/webshop.md).
+    prompt_loss_weight: Float = Field(0.0, ge=0.0)
 
 
 class EvalConfig(Section):

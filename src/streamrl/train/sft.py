@@ -25,7 +25,7 @@ import torch
 from streamrl.envs import Env, StepResult, make, make_parser
 from streamrl.policy.api import GenerationRequest, GenerationResult
 from streamrl.policy.modeling import enable_gradient_checkpointing
-from streamrl.policy.scoring import forward_for_loss
+from streamrl.policy.scoring import default_token_mask, forward_for_loss
 from streamrl.rollout import Trajectory
 from streamrl.train.batch import collate, micro_batches
 from streamrl.train.config import Config
@@ -166,6 +166,14 @@ async def collect_demonstrations(config: Config, policy: Any) -> list[Trajectory
     return [t for t in trajectories if t.turns]
 
 
+def _prompt_mask(tensors: dict[str, torch.Tensor], banned_ids: Any) -> torch.Tensor:
+    """The prompt tokens that have a real predecessor and are in the action vocabulary: ``[B, T]`` bool."""
+    mask = default_token_mask(tensors["attention_mask"]) & ~tensors["action_mask"].bool()
+    if len(banned_ids):
+        mask &= ~torch.isin(tensors["input_ids"], torch.as_tensor(list(banned_ids), dtype=tensors["input_ids"].dtype))
+    return mask
+
+
 def behaviour_cloning(config: Config, policy: Any, demos: list[Trajectory], log: Callable[[int, dict], None] | None = None) -> dict[str, float]:
     """Minimise the NLL of demonstrated action tokens; returns the final epoch's metrics."""
     sft, optim = config.sft, config.optim
@@ -185,18 +193,27 @@ def behaviour_cloning(config: Config, policy: Any, demos: list[Trajectory], log:
         for start in range(0, len(order), sft.batch_size):
             batch = collate([demos[i] for i in order[start : start + sft.batch_size]], pad_id=policy.tokenizer.pad_token_id or 0)
             tokens = float(batch.action_mask.sum())
+            prompt_tokens = (
+                float(_prompt_mask(batch.rows(list(range(batch.num_rows))), policy.banned_token_ids).sum())
+                if sft.prompt_loss_weight else 0.0
+            )
             for rows in micro_batches(batch, list(range(batch.num_rows)), optim.micro_batch_size):
                 tensors = batch.rows(rows)
+                mask = tensors["action_mask"].bool()
+                prompt = _prompt_mask(tensors, policy.banned_token_ids) if sft.prompt_loss_weight else None
                 with policy.autocast():
                     out = forward_for_loss(
-                        model, tensors["input_ids"], tensors["attention_mask"], token_mask=tensors["action_mask"],
+                        model, tensors["input_ids"], tensors["attention_mask"],
+                        token_mask=mask if prompt is None else mask | prompt,
                         excluded_ids=policy.banned_token_ids, with_entropy=False,
                     )
-                mask = tensors["action_mask"]
-                loss = -(out.logprobs * mask).sum() / tokens
+                scored = out.logprobs  # [B, T], zero where unscored
+                loss = -(scored * mask).sum() / tokens
+                if prompt is not None:
+                    loss = loss - sft.prompt_loss_weight * (scored * prompt).sum() / max(prompt_tokens, 1.0)
                 loss.backward()
-                total_loss += float(loss.detach()) * tokens
-                correct += float((out.logprobs[mask] > -0.693).sum())  # p > 0.5: the argmax for sure
+                total_loss += float(-(scored.detach() * mask).sum())
+                correct += float((scored.detach()[mask] > -0.693).sum())  # p > 0.5: the argmax for sure
             clip_and_step(policy.trainable_parameters(), optimizer, optim.grad_clip)
             total_tokens += tokens
             step += 1

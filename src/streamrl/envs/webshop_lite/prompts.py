@@ -6,19 +6,24 @@
   ``[Observation k: '...', Action k: '...']`` (the last ``history_length``). Above 13,000
   characters the prompt falls back to the template without history, as verl-agent does.
 * ``"compact"``: the same information in far fewer tokens for a tiny model: the task, the last
-  steps as ``> action`` lines, the page without the instruction, and the actions on one line.
+  steps as ``> action`` lines, then the page without the instruction with every clickable part
+  written as its action (``click[b0dacz57s9]``, ``click[buy now]``), each result on its own line
+  (``click[asin] | title | $price``), and only the admissible actions not on the page (the search
+  bar) listed after it. Each action then sits next to what it acts on, and nothing is said twice.
 
 The parser is verl-agent's ``<think>``/``<action>`` projection with WebShop's 20-character fallback.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from streamrl.envs.base import PromptBuilder
 from streamrl.envs.common import ThinkActionParser, prompt_instruction
 
 SEP = " [SEP] "
+_ASIN = re.compile(r"^B0[0-9A-Z]{8}$")
 EXPERT_SENTENCE = "You are an expert autonomous agent operating in the WebShop e-commerce environment."
 THINK_INSTRUCTION = (
     "You should first reason step-by-step about the current situation, then think carefully which admissible "
@@ -81,12 +86,12 @@ class WebshopPromptBuilder(PromptBuilder):
         if self.style == "verl":
             return (f"Your task is to: {_task(observation, info)}.\n"
                     f"Your current observation is: {self._quoted(observation)}.\n{self._verl_actions(info)}")
-        return f"Task: {_task(observation, info)}\n{self._page(observation)}\n{self._compact_actions(info)}\n{self.instruction}"
+        return f"Task: {_task(observation, info)}\n{self._compact_page(observation, info)}\n{self.instruction}"
 
     def next_message(self, observation: str, info: dict[str, Any]) -> str:
         if self.style == "verl":
             return f"Your current observation is: {self._quoted(observation)}.\n{self._verl_actions(info)}"
-        return f"{self._page(observation)}\n{self._compact_actions(info)}"
+        return self._compact_page(observation, info)
 
     # -- per-step prompts ------------------------------------------------------------------------
 
@@ -130,7 +135,7 @@ class WebshopPromptBuilder(PromptBuilder):
     def _compact_step(self, task: str, history: list[tuple[str, str]], observation: str, info: dict[str, Any]) -> str:
         lines = [f"Task: {task}"]
         lines += [f"> {action}" for _, action in history[max(0, len(history) - self.history_length):]]
-        lines += [self._page(observation), self._compact_actions(info), self.instruction]
+        lines += [self._compact_page(observation, info), self.instruction]
         return "\n".join(lines)
 
     @staticmethod
@@ -138,14 +143,22 @@ class WebshopPromptBuilder(PromptBuilder):
         return SEP.join(f"'{part}'" for part in page_parts(observation))
 
     @staticmethod
-    def _page(observation: str) -> str:
-        return " | ".join(page_parts(observation))
+    def _compact_page(observation: str, info: dict[str, Any]) -> str:
+        admissible = list(info.get("admissible_actions") or [])
+        shown: set[str] = set()
+        text = ""
+        for part in page_parts(observation):
+            click = f"click[{part.lower()}]"
+            if click in admissible and click not in shown:
+                shown.add(click)
+                # a result starts a line: its ASIN is the first part the item shows
+                text += ("\n" if text and _ASIN.match(part) else " | " if text else "") + click
+            else:
+                text += (" | " if text else "") + part
+        rest = [action for action in admissible if action not in shown]
+        return f"{text}\nActions: {', '.join(rest)}" if rest else text
 
     @staticmethod
     def _verl_actions(info: dict[str, Any]) -> str:
         actions = ",\n".join(f"'{a}'" for a in info.get("admissible_actions") or [])
         return f"Your admissible actions of the current situation are: \n[\n{actions}\n]."
-
-    @staticmethod
-    def _compact_actions(info: dict[str, Any]) -> str:
-        return "Actions: " + ", ".join(info.get("admissible_actions") or [])
