@@ -64,7 +64,9 @@ def build(config_path: Path, name: str) -> dict:
     started = time.perf_counter()
     policy = load_run_policy(config, None)
     demos = asyncio.run(collect_demonstrations(config, policy))
-    sft = behaviour_cloning(config, policy, demos, log=lambda step, m: print(f"sft step {step}: {m}", flush=True))
+    heldout = asyncio.run(collect_demonstrations(config, policy, heldout=True))
+    sft = behaviour_cloning(config, policy, demos, log=lambda step, m: print(f"sft step {step}: {m}", flush=True),
+                            heldout=heldout)
     sft_seconds = time.perf_counter() - started
     greedy = asyncio.run(held_out(config, policy, greedy=True))
     sampled = asyncio.run(held_out(config, policy, greedy=False))

@@ -103,11 +103,13 @@ def cmd_sft(args: argparse.Namespace) -> int:
     policy = load_policy(model.init_from or model.spec, dtype=model.dtype, device=model.device, threads=model.threads,
                          seed=config.train.seed, model_overrides=model.overrides or None, float32_weights=True)
     demos = asyncio.run(collect_demonstrations(config, policy))
+    heldout = asyncio.run(collect_demonstrations(config, policy, heldout=True))
     logger = MetricsLogger(out / "metrics.jsonl", resume_offset=0)
-    metrics = behaviour_cloning(config, policy, demos, log=lambda s, m: logger.log(s, m, "sft"))
+    metrics = behaviour_cloning(config, policy, demos, log=lambda s, m: logger.log(s, m, "sft"), heldout=heldout)
     logger.close()
     policy.save(out / "sft_model")
-    print(f"SFT on {len(demos)} demonstrations: NLL {metrics['nll']:.3f}; model in {out / 'sft_model'}")
+    held = f", held-out actions exact {metrics['heldout_action_exact']:.1%}" if heldout else ""
+    print(f"SFT on {len(demos)} demonstrations: NLL {metrics['nll']:.3f}{held}; model in {out / 'sft_model'}")
     return 0
 
 

@@ -22,8 +22,11 @@ def _train(out, *overrides, flags=()):
 
 
 def _one_line(capsys) -> str:
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    # once-per-process announcements ("streamrl: dtype auto -> ...") of an earlier successful run are
+    # not part of the error (errors read "streamrl <command>: error: ...")
+    lines = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("streamrl: ")]
+    err = "\n".join(lines)
+    assert len(lines) == 1 and "Traceback" not in err, err
     return err
 
 

@@ -148,6 +148,11 @@ class SFTConfig(Section):
     #: action loss; 0 trains on actions only (TRL's completion-only default). A from-scratch model
     #: learns to read and copy from the page far sooner with a small weight (docs/webshop.md).
     prompt_loss_weight: Float = Field(0.0, ge=0.0)
+    #: demonstrations on goals SFT never trains on (the last ones of the evaluation split, or the
+    #: replays after ``demos``), scored after every epoch: ``heldout_nll`` and ``heldout_action_exact``
+    #: (the fraction of demonstrated actions whose every token gets p > 0.5, so greedy decoding
+    #: reproduces them). Training loss alone cannot tell copying from memorising (docs/webshop.md).
+    heldout_demos: StrictInt = Field(0, ge=0)
 
 
 class EvalConfig(Section):

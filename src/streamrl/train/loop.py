@@ -54,8 +54,9 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
     learner_threads, engine_threads = thread_split(config)
     if state is None and config.sft.demos > 0 and config.model.init_from is None:  # SFT warm start
         demos = await collect_demonstrations(config, policy)
+        heldout = await collect_demonstrations(config, policy, heldout=True)
         torch.set_num_threads(learner_threads + engine_threads)  # nothing else runs during SFT
-        summary["sft"] = behaviour_cloning(config, policy, demos, log=lambda s, m: logger.log(s, m, "sft"))
+        summary["sft"] = behaviour_cloning(config, policy, demos, log=lambda s, m: logger.log(s, m, "sft"), heldout=heldout)
         echo(f"SFT: {len(demos)} demonstrations, final NLL {summary['sft']['nll']:.3f}")
         policy.save(ws.root / "sft_model")
 

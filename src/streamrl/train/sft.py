@@ -136,21 +136,30 @@ def load_replays(path: Path) -> dict[str, list[str]]:
     return replays
 
 
-async def collect_demonstrations(config: Config, policy: Any) -> list[Trajectory]:
+async def collect_demonstrations(config: Config, policy: Any, heldout: bool = False) -> list[Trajectory]:
     """Play ``config.sft.demos`` demonstrations (train split, after the RL prompt pool) to the
-    environment's own step cap (the RL turn cap does not apply to demonstrations)."""
+    environment's own step cap (the RL turn cap does not apply to demonstrations).
+
+    ``heldout=True`` plays ``config.sft.heldout_demos`` on goals SFT never trains on instead: the
+    last ones of the evaluation split (or the replays after the first ``demos``)."""
     sft = config.sft
     # demonstrations are written the way the configured parser reads actions
     require_think = bool(getattr(make_parser(config.env.name, **config.env.parser), "require_think", False))
     replays: dict[str, list[str]] = {}
+    if heldout and not sft.heldout_demos:
+        return []
     if sft.source in ("expert", "search_expert"):
         probe = make(config.env.name, **config.env.options)
-        # demonstrations come from train tasks the RL pool does not use
-        task_ids = probe.task_ids("train", limit=config.env.train_tasks + sft.demos)[config.env.train_tasks :]
+        if heldout:
+            goals = probe.task_ids(config.env.eval_split or probe.spec.eval_split)
+            task_ids = goals[max(0, len(goals) - sft.heldout_demos):]
+        else:
+            # demonstrations come from train tasks the RL pool does not use
+            task_ids = probe.task_ids("train", limit=config.env.train_tasks + sft.demos)[config.env.train_tasks :]
         probe.close()
     else:
         replays = load_replays(Path(sft.source))
-        task_ids = list(replays)[: sft.demos]
+        task_ids = list(replays)[sft.demos : sft.demos + sft.heldout_demos] if heldout else list(replays)[: sft.demos]
     factory = _demonstrator_factory(sft.source, require_think, replays)
     engine = DemonstrationEngine(policy.tokenizer, policy.end_of_turn_id)
 
@@ -174,8 +183,36 @@ def _prompt_mask(tensors: dict[str, torch.Tensor], banned_ids: Any) -> torch.Ten
     return mask
 
 
-def behaviour_cloning(config: Config, policy: Any, demos: list[Trajectory], log: Callable[[int, dict], None] | None = None) -> dict[str, float]:
-    """Minimise the NLL of demonstrated action tokens; returns the final epoch's metrics."""
+@torch.no_grad()
+def imitation(policy: Any, demos: list[Trajectory], batch_size: int = 8) -> dict[str, float]:
+    """How well the policy reproduces ``demos`` under teacher forcing: action-token NLL, and the
+    fraction of actions whose every token gets p > 0.5 (greedy decoding writes them exactly)."""
+    nll = tokens = exact = actions = 0.0
+    for start in range(0, len(demos), batch_size):
+        batch = collate(demos[start : start + batch_size], pad_id=policy.tokenizer.pad_token_id or 0)
+        mask = batch.action_mask.bool()
+        with policy.autocast():
+            out = forward_for_loss(policy.model, batch.input_ids, batch.attention_mask, token_mask=mask,
+                                   excluded_ids=policy.banned_token_ids, with_entropy=False)
+        logprobs = out.logprobs.float().cpu()
+        nll -= float(logprobs[mask].sum())
+        tokens += float(mask.sum())
+        likely = (logprobs > -0.693) | ~mask  # p > 0.5: the argmax for sure
+        # number each run of action tokens (one action) in its row, then ask whether all its tokens are likely
+        starts = mask & ~torch.nn.functional.pad(mask[:, :-1], (1, 0))
+        span = starts.flatten().cumsum(0).view_as(mask)[mask]
+        unlikely = torch.zeros(int(starts.sum()) + 1).index_add_(0, span, (~likely[mask]).float())
+        actions += float(starts.sum())
+        exact += float((unlikely[1:] == 0).sum())
+    return {"nll": nll / max(tokens, 1.0), "action_exact": exact / max(actions, 1.0)}
+
+
+def behaviour_cloning(
+    config: Config, policy: Any, demos: list[Trajectory], log: Callable[[int, dict], None] | None = None,
+    heldout: list[Trajectory] | None = None,
+) -> dict[str, float]:
+    """Minimise the NLL of demonstrated action tokens; returns the final epoch's metrics (with
+    ``heldout_*`` from :func:`imitation` when ``heldout`` demonstrations are given)."""
     sft, optim = config.sft, config.optim
     if not demos:
         raise ValueError("SFT: no usable demonstrations (did every demonstration fail?)")
@@ -224,6 +261,10 @@ def behaviour_cloning(config: Config, policy: Any, demos: list[Trajectory], log:
             "tokens_per_s": total_tokens / (time.perf_counter() - started),
             "demos": len(demos),
         }
+        if heldout:
+            model.eval()
+            metrics.update({f"heldout_{key}": value for key, value in imitation(policy, heldout).items()})
+            model.train()
         if log is not None:
             log(step, metrics)
     model.eval()
