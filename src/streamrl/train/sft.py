@@ -14,6 +14,7 @@ Demonstrators: ``expert`` (the environment's privileged planner, ``env.expert_ac
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 import random
 import time
@@ -175,6 +176,10 @@ async def collect_demonstrations(config: Config, policy: Any, heldout: bool = Fa
     return [t for t in trajectories if t.turns]
 
 
+#: a token with log-prob above this has p > 0.5: it is the argmax for sure
+LOG_HALF = math.log(0.5)
+
+
 def _prompt_mask(tensors: dict[str, torch.Tensor], banned_ids: Any) -> torch.Tensor:
     """The prompt tokens that have a real predecessor and are in the action vocabulary: ``[B, T]`` bool."""
     mask = default_token_mask(tensors["attention_mask"]) & ~tensors["action_mask"].bool()
@@ -197,7 +202,7 @@ def imitation(policy: Any, demos: list[Trajectory], batch_size: int = 8) -> dict
         logprobs = out.logprobs.float().cpu()
         nll -= float(logprobs[mask].sum())
         tokens += float(mask.sum())
-        likely = (logprobs > -0.693) | ~mask  # p > 0.5: the argmax for sure
+        likely = (logprobs > LOG_HALF) | ~mask
         # number each run of action tokens (one action) in its row, then ask whether all its tokens are likely
         starts = mask & ~torch.nn.functional.pad(mask[:, :-1], (1, 0))
         span = starts.flatten().cumsum(0).view_as(mask)[mask]
@@ -211,7 +216,8 @@ def behaviour_cloning(
     config: Config, policy: Any, demos: list[Trajectory], log: Callable[[int, dict], None] | None = None,
     heldout: list[Trajectory] | None = None,
 ) -> dict[str, float]:
-    """Minimise the NLL of demonstrated action tokens; returns the final epoch's metrics (with
+    """Minimise the NLL of demonstrated action tokens (plus ``sft.prompt_loss_weight`` x the prompt
+    tokens' NLL); returns the final epoch's metrics, action tokens only (with
     ``heldout_*`` from :func:`imitation` when ``heldout`` demonstrations are given)."""
     sft, optim = config.sft, config.optim
     if not demos:
@@ -250,7 +256,7 @@ def behaviour_cloning(
                     loss = loss - sft.prompt_loss_weight * (scored * prompt).sum() / max(prompt_tokens, 1.0)
                 loss.backward()
                 total_loss += float(-(scored.detach() * mask).sum())
-                correct += float((scored.detach()[mask] > -0.693).sum())  # p > 0.5: the argmax for sure
+                correct += float((scored.detach()[mask] > LOG_HALF).sum())
             clip_and_step(policy.trainable_parameters(), optimizer, optim.grad_clip)
             total_tokens += tokens
             step += 1
