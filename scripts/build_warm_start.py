@@ -33,7 +33,7 @@ from streamrl.policy.loading import WARM_START_MANIFEST  # noqa: E402
 from streamrl.train.config import Config, load_config  # noqa: E402
 from streamrl.train.evaluate import evaluate  # noqa: E402
 from streamrl.train.run import load_run_policy  # noqa: E402
-from streamrl.train.sft import behaviour_cloning, collect_demonstrations  # noqa: E402
+from streamrl.train.sft import behaviour_cloning, demonstrations_and_heldout  # noqa: E402
 
 ROOT = REPO / "src" / "streamrl" / "policy" / "assets" / "warm_starts"
 SECTIONS = ("model", "env", "sft", "rollout", "eval")
@@ -63,8 +63,7 @@ def build(config_path: Path, name: str) -> dict:
     config = load_config(str(config_path), BUILD_OVERRIDES)
     started = time.perf_counter()
     policy = load_run_policy(config, None)
-    demos = asyncio.run(collect_demonstrations(config, policy))
-    heldout = asyncio.run(collect_demonstrations(config, policy, heldout=True))
+    demos, heldout = asyncio.run(demonstrations_and_heldout(config, policy))
     sft = behaviour_cloning(config, policy, demos, log=lambda step, m: print(f"sft step {step}: {m}", flush=True),
                             heldout=heldout)
     sft_seconds = time.perf_counter() - started

@@ -30,7 +30,7 @@ from streamrl.train.progress import Progress
 from streamrl.train.report import write_report
 from streamrl.train.run import RunState, Workspace, load_run_policy
 from streamrl.train.samples import mixed_selection
-from streamrl.train.sft import behaviour_cloning, collect_demonstrations
+from streamrl.train.sft import behaviour_cloning, demonstrations_and_heldout
 
 
 async def train(config: Config, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
@@ -53,8 +53,7 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
 
     learner_threads, engine_threads = thread_split(config)
     if state is None and config.sft.demos > 0 and config.model.init_from is None:  # SFT warm start
-        demos = await collect_demonstrations(config, policy)
-        heldout = await collect_demonstrations(config, policy, heldout=True)
+        demos, heldout = await demonstrations_and_heldout(config, policy)
         torch.set_num_threads(learner_threads + engine_threads)  # nothing else runs during SFT
         summary["sft"] = behaviour_cloning(config, policy, demos, log=lambda s, m: logger.log(s, m, "sft"), heldout=heldout)
         echo(f"SFT: {len(demos)} demonstrations, final NLL {summary['sft']['nll']:.3f}")

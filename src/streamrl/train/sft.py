@@ -137,6 +137,11 @@ def load_replays(path: Path) -> dict[str, list[str]]:
     return replays
 
 
+async def demonstrations_and_heldout(config: Config, policy: Any) -> tuple[list[Trajectory], list[Trajectory]]:
+    """What SFT trains on and what it is scored on after each epoch (empty without ``sft.heldout_demos``)."""
+    return await collect_demonstrations(config, policy), await collect_demonstrations(config, policy, heldout=True)
+
+
 async def collect_demonstrations(config: Config, policy: Any, heldout: bool = False) -> list[Trajectory]:
     """Play ``config.sft.demos`` demonstrations (train split, after the RL prompt pool) to the
     environment's own step cap (the RL turn cap does not apply to demonstrations).
@@ -236,14 +241,11 @@ def behaviour_cloning(
         for start in range(0, len(order), sft.batch_size):
             batch = collate([demos[i] for i in order[start : start + sft.batch_size]], pad_id=policy.tokenizer.pad_token_id or 0)
             tokens = float(batch.action_mask.sum())
-            prompt_tokens = (
-                float(_prompt_mask(batch.rows(list(range(batch.num_rows))), policy.banned_token_ids).sum())
-                if sft.prompt_loss_weight else 0.0
-            )
-            for rows in micro_batches(batch, list(range(batch.num_rows)), optim.micro_batch_size):
-                tensors = batch.rows(rows)
+            chunks = [batch.rows(rows) for rows in micro_batches(batch, list(range(batch.num_rows)), optim.micro_batch_size)]
+            prompts = [_prompt_mask(t, policy.banned_token_ids) if sft.prompt_loss_weight else None for t in chunks]
+            prompt_tokens = sum(float(p.sum()) for p in prompts if p is not None)
+            for tensors, prompt in zip(chunks, prompts):
                 mask = tensors["action_mask"].bool()
-                prompt = _prompt_mask(tensors, policy.banned_token_ids) if sft.prompt_loss_weight else None
                 with policy.autocast():
                     out = forward_for_loss(
                         model, tensors["input_ids"], tensors["attention_mask"],
