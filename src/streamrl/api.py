@@ -46,11 +46,12 @@ def evaluate(config: ConfigLike = "default", model: str | Path | None = None, *,
     from streamrl.policy.engine import HFEngine
     from streamrl.policy.loading import load_policy
     from streamrl.train.evaluate import evaluate as evaluate_policy
+    from streamrl.train.run import policy_source
 
     config = as_config(config, overrides)
     preflight(config, warn=warn)
-    spec = model or config.model.init_from or config.model.spec
-    policy = load_policy(spec, dtype=config.model.dtype, device=config.model.device, threads=config.model.threads)
+    source = {"spec": model} if model else policy_source(config)
+    policy = load_policy(**source, dtype=config.model.dtype, device=config.model.device, threads=config.model.threads)
 
     async def run() -> Any:
         engine = HFEngine.from_policy(policy, seed=config.train.seed)

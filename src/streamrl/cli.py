@@ -91,17 +91,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from streamrl.policy.loading import load_policy
     from streamrl.train.loggers import MetricsLogger
-    from streamrl.train.run import claim_folder
+    from streamrl.train.run import claim_folder, load_run_policy
     from streamrl.train.sft import behaviour_cloning, demonstrations_and_heldout
 
     config = _config(args)
     out = _out_dir(args, config)
     claim_folder(out, overwrite=args.overwrite)
-    model = config.model
-    policy = load_policy(model.init_from or model.spec, dtype=model.dtype, device=model.device, threads=model.threads,
-                         seed=config.train.seed, model_overrides=model.overrides or None, float32_weights=True)
+    policy = load_run_policy(config, None)
     demos, heldout = asyncio.run(demonstrations_and_heldout(config, policy))
     logger = MetricsLogger(out / "metrics.jsonl", resume_offset=0)
     metrics = behaviour_cloning(config, policy, demos, log=lambda s, m: logger.log(s, m, "sft"), heldout=heldout)

@@ -132,6 +132,8 @@ def test_search_results_item_subpages_and_navigation(env):
     assert env.step("click[< prev]").observation == item.observation
     assert env.step("click[< prev]").observation == obs  # back to the same results page
     assert env.step("click[back to search]").info["page"] == "search"
+    # every result click copies one of the spec's entity tokens verbatim
+    assert set(asins) <= set(env.spec.entity_tokens) and len(env.spec.entity_tokens) == len(env.catalog.products)
 
 
 def test_invalid_actions_are_noops(env):

@@ -156,3 +156,27 @@ def test_missing_peft_names_the_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "peft", None)  # makes `import peft` fail
     with pytest.raises(MissingDependencyError, match="pip install peft"):
         load_policy(SMALL_TINY, lora={"r": 4})
+
+
+ENTITIES = ("b0gs9l4nts", "b03siiymm2", "b0agdqjx2i")
+
+
+def test_entity_tokens_are_single_tokens_after_the_shipped_vocabulary(tmp_path):
+    plain = load_policy(SMALL_TINY)
+    policy = load_policy(SMALL_TINY, entity_tokens=ENTITIES, lora={"r": 4, "target_modules": ["q_proj"]})
+    text = "click[b0gs9l4nts] | Venona Walking Shoe\nclick[b03siiymm2]"
+    ids = policy.tokenizer(text)["input_ids"]
+    entity_ids = [policy.tokenizer.convert_tokens_to_ids(e) for e in ENTITIES]
+    assert sorted(entity_ids) == list(range(len(plain.tokenizer), len(plain.tokenizer) + 3))
+    assert entity_ids[0] in ids and entity_ids[1] in ids
+    assert len(ids) < len(plain.tokenizer(text)["input_ids"]) - 10  # 10 pieces each became one token
+    assert policy.tokenizer.decode(ids) == text  # token-in/token-out: the ids decode to the page's text
+    assert policy.model.get_input_embeddings().weight.shape[0] >= len(policy.tokenizer)
+    # a saved LoRA policy rebuilds its base with the same tokens
+    loaded = load_policy(str(policy.save(tmp_path / "adapter")))
+    assert loaded.tokenizer(text)["input_ids"] == ids
+
+
+def test_entity_tokens_are_refused_for_a_trained_vocabulary(hf_folder):
+    with pytest.raises(PolicyLoadError, match="tiny model only"):
+        load_policy(str(hf_folder), entity_tokens=ENTITIES)

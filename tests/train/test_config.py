@@ -56,6 +56,7 @@ def test_algo_switch_keeps_shared_fields_and_drops_foreign_ones(tmp_path):
         (["algo.name=foo"], "'spo', 'spo++', 'grpo', 'ppo', 'sapo'"),
         (["optim.lr=-1"], "optim.lr: Input should be greater than 0"),
         (["train.steps"], "must look like section.field=value"),
+        (["model.spec=smollm2-135m", "model.entity_tokens=true"], "model.entity_tokens: applies to spec 'tiny'"),
     ],
 )
 def test_bad_values_name_the_field_and_the_allowed_values(overrides, expected):
@@ -97,3 +98,15 @@ def test_the_algorithm_table_names_each_algorithm_once():
         cls = algorithm_class(name)
         # class attributes, or set per instance from the config section
         assert all(hasattr(cls, member) or member in ("group_size", "critic", "warm_start") for member in members), name
+
+
+def test_entity_tokens_come_from_the_environment_for_a_fresh_tiny_model_only():
+    from streamrl.train.run import policy_source
+
+    config = load_config(overrides=["env.name=webshop_lite", "model.entity_tokens=true"])
+    tokens = policy_source(config)["entity_tokens"]
+    assert len(tokens) == 3900 and all(t.startswith("b0") and t == t.lower() for t in tokens)
+    assert policy_source(load_config(overrides=["env.name=webshop_lite"]))["entity_tokens"] == ()
+    # a saved model keeps the tokenizer it was trained with
+    assert policy_source(load_config(overrides=["env.name=webshop_lite", "model.entity_tokens=true",
+                                                "model.init_from=runs/x/final_model"]))["entity_tokens"] == ()

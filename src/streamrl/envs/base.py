@@ -43,6 +43,9 @@ class EnvSpec:
     splits: dict[str, int | None] = field(default_factory=dict)
     #: the held-out split evaluations use by default
     eval_split: str = "test"
+    #: strings that actions copy verbatim from observations (webshop_lite: every product's ASIN, as
+    #: written in ``click[...]``); a tokenizer trained from scratch can make each one a single token
+    entity_tokens: tuple[str, ...] = ()
 
 
 @dataclass

@@ -16,6 +16,7 @@ import difflib
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from importlib import resources
 from typing import Any
@@ -63,6 +64,7 @@ def load_policy(
     model_overrides: dict[str, Any] | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     float32_weights: bool = False,
+    entity_tokens: Sequence[str] = (),
 ) -> Policy:
     """Build a ``Policy`` from ``spec`` (see the module docstring).
 
@@ -73,7 +75,9 @@ def load_policy(
     value-token initialisation. ``float32_weights`` (for a policy that will be trained): when
     ``dtype`` is a half-precision one, keep the weights in float32 and compute in ``dtype``
     (``Policy.compute_dtype``: mixed precision); a LoRA policy keeps its base in ``dtype`` (only its
-    adapters train, and peft keeps those in float32).
+    adapters train, and peft keeps those in float32). ``entity_tokens`` (``tiny`` only: its
+    embeddings are trained from scratch) become whole tokens of the tokenizer
+    (``tiny.load_tiny_tokenizer``).
     """
     import torch
 
@@ -91,12 +95,17 @@ def load_policy(
             raise PolicyLoadError(f"threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
 
+    if entity_tokens and name != "tiny":
+        raise PolicyLoadError(
+            f"entity tokens are added to the tiny model only (its embeddings train from scratch); {spec} has a trained vocabulary"
+        )
     overrides = {**(tiny.parse_overrides(inline) if name == "tiny" else {}), **(model_overrides or {})}
-    recipe = {"spec": str(spec), "model_overrides": model_overrides, "seed": seed, "value_tokens": value_tokens}
+    recipe = {"spec": str(spec), "model_overrides": model_overrides, "seed": seed, "value_tokens": value_tokens,
+              "entity_tokens": list(entity_tokens)}
     saved_record: dict[str, Any] = {}
 
     if name == "tiny":
-        tokenizer = tiny.load_tiny_tokenizer()
+        tokenizer = tiny.load_tiny_tokenizer(entity_tokens)
         model = tiny.build_tiny_model(overrides, tokenizer, seed, torch_dtype)
     elif str(spec) == "smollm2-135m":
         model, tokenizer = _from_folder(smollm2.converted_folder(cache_dir), torch_dtype, overrides)
@@ -246,6 +255,7 @@ def _load_adapter_folder(folder: Path, record: dict[str, Any], *, dtype: Any, de
         seed=recipe.get("seed", 0),
         model_overrides=recipe.get("model_overrides"),
         cache_dir=cache_dir,
+        entity_tokens=recipe.get("entity_tokens", ()),
     )
     with quiet_peft():
         model = PeftModel.from_pretrained(base.model, folder, is_trainable=True)

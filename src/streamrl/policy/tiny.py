@@ -8,6 +8,7 @@ LM head costs about as much as one transformer block, instead of dominating ever
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
@@ -116,8 +117,15 @@ def build_tiny_model(overrides: dict[str, Any] | None, tokenizer: Any, seed: int
     return model.to(dtype)
 
 
-def load_tiny_tokenizer() -> Any:
-    """The shipped tiny tokenizer, with its ChatML template."""
+def load_tiny_tokenizer(entity_tokens: Sequence[str] = ()) -> Any:
+    """The shipped tiny tokenizer, with its ChatML template.
+
+    ``entity_tokens`` (an environment's ``EnvSpec.entity_tokens``) are added as whole tokens after
+    the shipped vocabulary, so an action that copies one from the page copies a single token: a
+    one-step match for attention, where the byte-level pieces of an ASIN (``b``, ``0``, ``gs``,
+    ``9``, ...) occur all over every page and need a multi-token match.
+    """
+    from tokenizers import AddedToken
     from transformers import PreTrainedTokenizerFast
 
     assets = resources.files("streamrl.policy") / "assets"
@@ -136,4 +144,7 @@ def load_tiny_tokenizer() -> Any:
             bos_token="<|im_start|>",
         )
     tokenizer.chat_template = (assets / CHAT_TEMPLATE_ASSET).read_text(encoding="utf-8")
+    if entity_tokens:
+        # not normalised: matched exactly as written, wherever they occur in the text
+        tokenizer.add_tokens([AddedToken(token, normalized=False) for token in dict.fromkeys(entity_tokens)])
     return tokenizer

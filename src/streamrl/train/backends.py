@@ -8,6 +8,7 @@ from typing import Any
 from streamrl.policy.api import InferenceEngine
 from streamrl.rollout import EpisodeBackend, EpisodeSettings, WorkerSpec, make_backend
 from streamrl.train.config import Config
+from streamrl.train.run import policy_source
 
 
 def worker_spec(config: Config, episode: EpisodeSettings, engine_threads: int | None) -> WorkerSpec:
@@ -15,8 +16,7 @@ def worker_spec(config: Config, episode: EpisodeSettings, engine_threads: int | 
     trainer, LoRA merged), its engine and the environment with its parser and prompt builder."""
     model, env = config.model, config.env
     return WorkerSpec(
-        model={"spec": model.init_from or model.spec, "dtype": model.dtype, "device": model.device,
-               "threads": engine_threads, "seed": config.train.seed, "model_overrides": model.overrides or None},
+        model={**policy_source(config), "dtype": model.dtype, "device": model.device, "threads": engine_threads},
         env=env.name, env_options=env.options, parser_options=env.parser, prompt_options=env.prompt,
         episode=episode, engine=model.engine, engine_threads=engine_threads, seed=config.train.seed,
         worker_gpus=1.0 if model.device.startswith("cuda") else 0.0,

@@ -53,6 +53,18 @@ class ModelConfig(Section):
     gradient_checkpointing: StrictBool = False
     #: the generation engine: "hf" (transformers, CPU or GPU) or "vllm" (GPU; the ``vllm`` extra)
     engine: Literal["hf", "vllm"] = "hf"
+    #: tiny only: add the environment's entity tokens (``EnvSpec.entity_tokens``; webshop_lite: every
+    #: ASIN) to the tokenizer as whole tokens, so copying one from the page is a one-token copy.
+    #: A model from ``init_from`` keeps the tokenizer it was saved with
+    entity_tokens: StrictBool = False
+
+    @field_validator("entity_tokens")
+    @classmethod
+    def _entity_tokens_need_tiny(cls, value: bool, info: ValidationInfo) -> bool:
+        spec = str(info.data.get("spec", "tiny"))
+        if value and spec.partition(":")[0] != "tiny":
+            raise ValueError(f"applies to spec 'tiny' (its embeddings train from scratch), not {spec!r}")
+        return value
 
     @field_validator("engine")
     @classmethod

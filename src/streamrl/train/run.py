@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import torch
 
+from streamrl.envs import make
 from streamrl.policy.loading import load_policy
 from streamrl.rollout import Trajectory
 from streamrl.train.checkpoint import Checkpoint, latest_valid, save_checkpoint
@@ -63,15 +64,25 @@ def load_run_policy(config: Config, state: dict[str, Any] | None) -> Any:
         return load_policy(Path(state["path"]) / "policy", dtype=model.dtype, device=model.device, threads=model.threads,
                            float32_weights=True)
     return load_policy(
-        model.init_from or model.spec,
+        **policy_source(config),
         dtype=model.dtype,
         device=model.device,
         threads=model.threads,
         lora=model.lora.model_dump() if model.lora else None,
-        seed=config.train.seed,
-        model_overrides=model.overrides or None,
         float32_weights=True,  # trained: half-precision weights would lose Adam's small steps
     )
+
+
+def policy_source(config: Config) -> dict[str, Any]:
+    """The ``load_policy`` arguments that say which starting policy a run builds (its spec first)."""
+    model = config.model
+    entity_tokens: tuple[str, ...] = ()
+    if model.entity_tokens and not model.init_from:
+        probe = make(config.env.name, **config.env.options)
+        entity_tokens = probe.spec.entity_tokens
+        probe.close()
+    return {"spec": model.init_from or model.spec, "seed": config.train.seed,
+            "model_overrides": model.overrides or None, "entity_tokens": entity_tokens}
 
 
 #: everything a run (or ``streamrl sft``) writes into its folder: what ``overwrite`` removes

@@ -52,6 +52,8 @@ class WebshopLiteEnv(Env):
             has_admissible_actions=True,
             splits=self.goals.sizes(),
             eval_split="test",
+            # WebShop lowercases an action's argument: click[b0gs9l4nts] buys B0GS9L4NTS
+            entity_tokens=tuple(sorted(asin.lower() for asin in self.catalog.by_asin)),
         )
         self._rng = random.Random(seed)
         self._goal: dict[str, Any] | None = None
