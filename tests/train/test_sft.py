@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import torch
 
 from streamrl.policy.scoring import forward_for_loss
 from streamrl.train.batch import collate
 from streamrl.train.config import load_config
-from streamrl.train.run import load_run_policy
-from streamrl.train.sft import behaviour_cloning, collect_demonstrations, imitation
+from streamrl.train.run import load_run_policy, policy_source
+from streamrl.train.sft import (
+    behaviour_cloning,
+    collect_demonstrations,
+    entity_token_ids,
+    imitation,
+    shuffle_entities,
+)
 
 
 def _cloned(prompt_loss_weight: float):
@@ -91,3 +98,39 @@ def test_heldout_demonstrations_are_unseen_goals_and_imitation_counts_actions():
     assert after["nll"] < before["nll"]
     assert asyncio.run(collect_demonstrations(config.model_copy(update={"sft": config.sft.model_copy(
         update={"heldout_demos": 0})}), policy, heldout=True)) == []
+
+
+def test_shuffle_entities_renames_each_entity_consistently_within_a_row():
+    entity_ids = torch.arange(100, 140)
+    input_ids = torch.tensor([
+        [1, 101, 2, 105, 101, 3, 105, 7],
+        [4, 5, 6, 7, 8, 9, 10, 11],  # no entities: untouched
+        [101, 101, 101, 2, 120, 3, 139, 0],
+    ])
+    generator = torch.Generator().manual_seed(0)
+    renamings = []
+    for _ in range(50):
+        out = shuffle_entities(input_ids, entity_ids, generator)
+        is_entity = torch.isin(input_ids, entity_ids)
+        assert torch.equal(out[~is_entity], input_ids[~is_entity])
+        assert torch.isin(out[is_entity], entity_ids).all()
+        for row in range(input_ids.shape[0]):
+            pairs = set(zip(input_ids[row][is_entity[row]].tolist(), out[row][is_entity[row]].tolist()))
+            olds, news = [a for a, _ in pairs], [b for _, b in pairs]
+            assert len(set(olds)) == len(pairs) == len(set(news))  # a bijection between the row's entities
+        renamings.append(tuple(out[0].tolist()))
+    assert len(set(renamings)) > 40  # fresh names each time, not a fixed relabelling
+    again = shuffle_entities(input_ids, entity_ids, torch.Generator().manual_seed(0))
+    assert torch.equal(again, shuffle_entities(input_ids, entity_ids, torch.Generator().manual_seed(0)))
+
+
+def test_shuffle_entities_needs_the_entities_as_single_tokens():
+    config = load_config("configs/webshop.yaml", ["sft.shuffle_entities=true"])
+    from streamrl.policy.tiny import load_tiny_tokenizer
+
+    with pytest.raises(ValueError, match="no single token for 3900 entities .*model.entity_tokens=true"):
+        entity_token_ids(config, load_tiny_tokenizer())
+    asins = policy_source(config.model_copy(update={"model": config.model.model_copy(update={"entity_tokens": True})}))
+    tokenizer = load_tiny_tokenizer(asins["entity_tokens"])
+    ids = entity_token_ids(config, tokenizer)
+    assert ids.tolist() == list(range(len(tokenizer) - 3900, len(tokenizer)))

@@ -165,6 +165,11 @@ class SFTConfig(Section):
     #: (the fraction of demonstrated actions whose every token gets p > 0.5, so greedy decoding
     #: reproduces them). Training loss alone cannot tell copying from memorising (docs/webshop.md).
     heldout_demos: StrictInt = Field(0, ge=0)
+    #: replace the environment's entity tokens (``model.entity_tokens``) in every training row by
+    #: others drawn at random, the same one for each occurrence within the row: an action that
+    #: names an entity (a webshop ASIN) can then be predicted only by copying it from the page,
+    #: not by remembering it (entity anonymisation, as in reading-comprehension data sets)
+    shuffle_entities: StrictBool = False
 
 
 class EvalConfig(Section):

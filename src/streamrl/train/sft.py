@@ -193,6 +193,36 @@ def _prompt_mask(tensors: dict[str, torch.Tensor], banned_ids: Any) -> torch.Ten
     return mask
 
 
+def entity_token_ids(config: Config, tokenizer: Any) -> torch.Tensor:
+    """The ids of the environment's entity tokens (``EnvSpec.entity_tokens``), each one token."""
+    probe = make(config.env.name, **config.env.options)
+    entities = probe.spec.entity_tokens
+    probe.close()
+    if not entities:
+        raise ValueError(f"sft.shuffle_entities: environment {config.env.name} declares no entity tokens")
+    added = tokenizer.get_added_vocab()
+    missing = [token for token in entities if token not in added]
+    if missing:
+        raise ValueError(f"sft.shuffle_entities: the tokenizer has no single token for {len(missing)} entities "
+                         f"(e.g. {missing[0]!r}); start from a tiny model with model.entity_tokens=true")
+    return torch.tensor(sorted(added[token] for token in entities))
+
+
+def shuffle_entities(input_ids: torch.Tensor, entity_ids: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """``input_ids`` ``[B, T]`` with each row's entity tokens renamed at random: every occurrence of
+    one entity becomes the same new entity, distinct entities stay distinct, other tokens are kept."""
+    renamed = input_ids.clone()
+    is_entity = torch.isin(input_ids, entity_ids)
+    for row in range(input_ids.shape[0]):
+        found = input_ids[row][is_entity[row]]
+        if found.numel() == 0:
+            continue
+        present = found.unique()  # sorted
+        names = entity_ids[torch.randperm(entity_ids.numel(), generator=generator)[: present.numel()]]
+        renamed[row, is_entity[row]] = names[torch.searchsorted(present, found)]
+    return renamed
+
+
 @torch.no_grad()
 def imitation(policy: Any, demos: list[Trajectory], batch_size: int = 8) -> dict[str, float]:
     """How well the policy reproduces ``demos`` under teacher forcing: action-token NLL, and the
@@ -232,6 +262,8 @@ def behaviour_cloning(
         enable_gradient_checkpointing(model)
     optimizer = adamw(policy.trainable_parameters(), lr=sft.lr, weight_decay=optim.weight_decay)
     rng = random.Random(config.train.seed)
+    entity_ids = entity_token_ids(config, policy.tokenizer) if sft.shuffle_entities else None
+    generator = torch.Generator().manual_seed(config.train.seed)
     step, metrics = 0, {}
     model.train()
     for epoch in range(sft.epochs):
@@ -245,6 +277,8 @@ def behaviour_cloning(
             prompts = [_prompt_mask(t, policy.banned_token_ids) if sft.prompt_loss_weight else None for t in chunks]
             prompt_tokens = sum(float(p.sum()) for p in prompts if p is not None)
             for tensors, prompt in zip(chunks, prompts):
+                if entity_ids is not None:
+                    tensors = {**tensors, "input_ids": shuffle_entities(tensors["input_ids"], entity_ids, generator)}
                 mask = tensors["action_mask"].bool()
                 with policy.autocast():
                     out = forward_for_loss(
