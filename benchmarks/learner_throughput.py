@@ -134,7 +134,7 @@ def main() -> None:
     # (rows, shortest, longest, micro-batch rows) per model
     shapes = {
         "tiny": (16, 64, 256, 8) if args.quick else (64, 128, 512, 8),
-        "smollm2-135m": (8, 64, 192, 4) if args.quick else (32, 128, 512, 4),
+        "smollm2-135m": (4, 64, 192, 4) if args.quick else (32, 128, 512, 4),
     }
     specs = list(shapes) if args.model == "all" else [args.model]
     peak = max(matmul_gflops(1024, 1024, 1024), matmul_gflops(1024, 576, 1536))
