@@ -25,7 +25,7 @@ from streamrl.policy.scoring import forward_for_loss  # noqa: E402
 from streamrl.train.batch import collate  # noqa: E402
 from streamrl.train.config import load_config  # noqa: E402
 from streamrl.train.run import load_run_policy  # noqa: E402
-from streamrl.train.sft import LOG_HALF, behaviour_cloning, demonstrations_and_heldout  # noqa: E402
+from streamrl.train.sft import behaviour_cloning, demonstrations_and_heldout, exact_actions  # noqa: E402
 
 KINDS = ("search", "asin", "option", "buy")
 
@@ -45,16 +45,8 @@ def exact_by_kind(policy, heldout) -> dict[str, str]:
         mask = batch.action_mask.bool()
         logprobs = forward_for_loss(policy.model, batch.input_ids, batch.attention_mask, token_mask=mask,
                                     excluded_ids=policy.banned_token_ids, with_entropy=False).logprobs
-        exact = []  # one per action, in row and position order (the trajectory's turn order)
-        for row in range(mask.shape[0]):
-            likely = (logprobs[row] > LOG_HALF) | ~mask[row]
-            starts = (mask[row] & ~torch.nn.functional.pad(mask[row, :-1], (1, 0))).nonzero().flatten().tolist()
-            for start in starts:
-                end = start
-                while end < mask.shape[1] and mask[row, end]:
-                    end += 1
-                exact.append(bool(likely[start:end].all()))
-        for turn, good in zip(trajectory.turns, exact):
+        # one per action, rows first (the trajectory's turn order)
+        for turn, good in zip(trajectory.turns, exact_actions(logprobs.float(), mask).tolist()):
             total[kind(turn.action)] += 1
             hits[kind(turn.action)] += good
     return {k: f"{hits[k]}/{total[k]}" for k in KINDS}

@@ -76,13 +76,18 @@ def load_run_policy(config: Config, state: dict[str, Any] | None) -> Any:
 def policy_source(config: Config) -> dict[str, Any]:
     """The ``load_policy`` arguments that say which starting policy a run builds (its spec first)."""
     model = config.model
-    entity_tokens: tuple[str, ...] = ()
-    if model.entity_tokens and not model.init_from:
-        probe = make(config.env.name, **config.env.options)
-        entity_tokens = probe.spec.entity_tokens
-        probe.close()
+    entity_tokens = environment_entities(config) if model.entity_tokens and not model.init_from else ()
     return {"spec": model.init_from or model.spec, "seed": config.train.seed,
             "model_overrides": model.overrides or None, "entity_tokens": entity_tokens}
+
+
+def environment_entities(config: Config) -> tuple[str, ...]:
+    """The configured environment's ``EnvSpec.entity_tokens``."""
+    probe = make(config.env.name, **config.env.options)
+    try:
+        return probe.spec.entity_tokens
+    finally:
+        probe.close()
 
 
 #: everything a run (or ``streamrl sft``) writes into its folder: what ``overwrite`` removes

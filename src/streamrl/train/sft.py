@@ -31,6 +31,7 @@ from streamrl.rollout import Trajectory
 from streamrl.train.batch import collate, micro_batches
 from streamrl.train.config import Config
 from streamrl.train.optim import adamw, clip_and_step
+from streamrl.train.run import environment_entities
 from streamrl.rollout.evaluate import run_episodes
 from streamrl.train.evaluate import episode_runner, episode_settings
 
@@ -195,9 +196,7 @@ def _prompt_mask(tensors: dict[str, torch.Tensor], banned_ids: Any) -> torch.Ten
 
 def entity_token_ids(config: Config, tokenizer: Any) -> torch.Tensor:
     """The ids of the environment's entity tokens (``EnvSpec.entity_tokens``), each one token."""
-    probe = make(config.env.name, **config.env.options)
-    entities = probe.spec.entity_tokens
-    probe.close()
+    entities = environment_entities(config)
     if not entities:
         raise ValueError(f"sft.shuffle_entities: environment {config.env.name} declares no entity tokens")
     added = tokenizer.get_added_vocab()
@@ -237,14 +236,22 @@ def imitation(policy: Any, demos: list[Trajectory], batch_size: int = 8) -> dict
         logprobs = out.logprobs.float().cpu()
         nll -= float(logprobs[mask].sum())
         tokens += float(mask.sum())
-        likely = (logprobs > LOG_HALF) | ~mask
-        # number each run of action tokens (one action) in its row, then ask whether all its tokens are likely
-        starts = mask & ~torch.nn.functional.pad(mask[:, :-1], (1, 0))
-        span = starts.flatten().cumsum(0).view_as(mask)[mask]
-        unlikely = torch.zeros(int(starts.sum()) + 1).index_add_(0, span, (~likely[mask]).float())
-        actions += float(starts.sum())
-        exact += float((unlikely[1:] == 0).sum())
+        reproduced = exact_actions(logprobs, mask)
+        actions += reproduced.numel()
+        exact += float(reproduced.sum())
     return {"nll": nll / max(tokens, 1.0), "action_exact": exact / max(actions, 1.0)}
+
+
+def exact_actions(logprobs: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
+    """One bool per action (a run of action tokens), rows first, then position: every token of it
+    has p > 0.5, so greedy decoding writes it exactly. ``logprobs, action_mask``: ``[B, T]``."""
+    mask = action_mask.bool()
+    likely = (logprobs > LOG_HALF) | ~mask
+    # number each run of action tokens in its row, then ask whether all its tokens are likely
+    starts = mask & ~torch.nn.functional.pad(mask[:, :-1], (1, 0))
+    span = starts.flatten().cumsum(0).view_as(mask)[mask]
+    unlikely = torch.zeros(int(starts.sum()) + 1).index_add_(0, span, (~likely[mask]).float())
+    return unlikely[1:] == 0
 
 
 def behaviour_cloning(
