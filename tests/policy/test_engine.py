@@ -246,7 +246,7 @@ def test_bad_requests_fail_alone(engine, small_policy):
 def test_a_failing_step_errors_its_rows_and_the_engine_recovers(engine, small_policy, monkeypatch):
     prompt = prompts(small_policy, 1)[0]
     loop = engine._decode_loop
-    real_head = loop.head
+    real_head = loop._head
     calls = {"n": 0}
 
     def flaky_head(hidden):
@@ -255,7 +255,7 @@ def test_a_failing_step_errors_its_rows_and_the_engine_recovers(engine, small_po
             raise RuntimeError("boom")
         return real_head(hidden)
 
-    monkeypatch.setattr(loop, "head", flaky_head)
+    monkeypatch.setattr(loop, "_head", flaky_head)
     failed = run(
         generate_all(engine, [GenerationRequest(f"f{i}", prompt, SamplingParams(max_new_tokens=8)) for i in range(2)])
     )

@@ -56,11 +56,13 @@ def test_fused_forward_equals_transformers(model_folder, arch):
         for want, have in zip(expected[2], got[2]):
             assert torch.allclose(want, have, atol=1e-5)
 
-        # new weights copied into the parameters (update_weights) reach the fused ones
+        # new weights copied into the parameters (update_weights) reach the fused ones, and the
+        # packed copies once refreshed (the engine refreshes after every load)
         other = _model(model_folder, arch)
         for parameter in other.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.05)
         model.load_state_dict(other.state_dict())
+        fused.refresh()
         expected = _prefill_then_decode(lambda *a: _hf_forward(other, *a), other)
         got = _prefill_then_decode(fused, model)
         assert torch.allclose(expected[0], got[0], atol=1e-5) and torch.allclose(expected[1], got[1], atol=1e-5)
@@ -69,7 +71,7 @@ def test_fused_forward_equals_transformers(model_folder, arch):
 def test_qwen2_fusion_includes_the_qkv_bias(model_folder):
     model = _model(model_folder, "qwen2")
     layer = FusedDecoder.build(model).layers[0]
-    assert layer.qkv[1] is not None and layer.qkv[1].shape[0] == layer.qkv[0].shape[0]
+    assert layer.qkv.bias is not None and layer.qkv.bias.shape[0] == layer.qkv.weight.shape[0]
 
 
 def test_other_structures_keep_the_transformers_forward():
@@ -114,6 +116,22 @@ def test_weights_are_stored_input_major_and_a_tied_head_stays_tied():
     layer = decoder.layers[0]
     for linear in (layer.self_attn.q_proj, layer.self_attn.o_proj, layer.mlp.down_proj, head):
         assert linear.weight.stride(0) == 1  # [in, out] storage, [out, in] parameter view
-    assert fused.layers[0].qkv[0].t().is_contiguous()
+    assert fused.layers[0].qkv.weight.t().is_contiguous()
     for key, tensor in model.state_dict().items():  # same values
         assert torch.equal(tensor, before[key]), key
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="packing needs oneDNN")
+def test_float32_cpu_projections_use_packed_weights_that_follow_new_weights():
+    model = copy.deepcopy(load_policy(SMALL_TINY, seed=0).model).eval().requires_grad_(False)
+    fused = FusedDecoder.build(model)
+    projections = [p for layer in fused.layers for p in layer.projections] + [fused.head]
+    assert all(p.packed is not None for p in projections)
+    x = torch.randn(3, model.config.hidden_size)
+    gate_up = fused.layers[0].gate_up
+    torch.testing.assert_close(gate_up(x), x @ gate_up.weight.t(), rtol=1e-5, atol=1e-5)
+    model.model.layers[0].mlp.up_proj.weight.mul_(2.0)  # in place, as load_state_dict does
+    stale = gate_up(x)
+    fused.refresh()
+    assert not torch.allclose(stale, x @ gate_up.weight.t(), atol=1e-3)
+    torch.testing.assert_close(gate_up(x), x @ gate_up.weight.t(), rtol=1e-5, atol=1e-5)

@@ -209,7 +209,7 @@ class DecodeLoop:
                 self.slab.place(slot, prefix[1], prefix[2], self.slab.end - len(new))
         cache = SlabPrefill(self.slab, slots, width, pad.to(self.device) if any(prefixes) else None)
         hidden = self._forward(input_ids, mask[:, None], positions, cache)
-        logits = self.head(hidden[:, -1])[torch.tensor(source, device=self.device)]
+        logits = self._head(hidden[:, -1])[torch.tensor(source, device=self.device)]
         self.stats["prefill_tokens"] += sum(map(len, news))
         self.stats["reused_tokens"] += sum(reused)
         continuing = self._sample_and_check(group, logits, positions=[len(r.request.prompt_ids) for r in group])
@@ -262,12 +262,26 @@ class DecodeLoop:
             if row not in going:
                 self._free(row)
 
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``[n, H]`` hidden states -> ``[n, V]`` logits (through the fused forward's packed head if any)."""
+        if self._fused is not None and self._fused.head.packed is not None:
+            return self._fused.head(hidden)
+        return self.head(hidden)
+
+    def weights_changed(self) -> None:
+        """The model's weights were replaced in place: refresh what is derived from them."""
+        if self._fused is not None:
+            self._fused.refresh()
+
     def _decode_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The head's ``[n, V]`` logits of a decode step, written into one buffer kept across steps:
         a fresh vocabulary-sized tensor every step is page-faulted in anew (SmolLM2, 64 rows:
-        about 6 ms of a 125 ms bfloat16 step). Valid until the next step."""
-        if type(self.head) is not torch.nn.Linear or self.head.bias is not None:
-            return self.head(hidden)
+        about 6 ms of a 125 ms bfloat16 step). Valid until the next step. A packed head (float32
+        on CPU) writes a fresh tensor: packing outweighs the page faults there."""
+        if type(self.head) is not torch.nn.Linear or self.head.bias is not None or (
+            self._fused is not None and self._fused.head.packed is not None
+        ):
+            return self._head(hidden)
         rows = hidden.shape[0]
         if self._logits is None or self._logits.dtype != hidden.dtype:
             self._logits = torch.empty(self.max_batch_size, self.vocab_size, dtype=hidden.dtype, device=self.device)

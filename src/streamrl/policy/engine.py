@@ -237,6 +237,7 @@ class HFEngine:
     def _apply(self, staged: dict[str, torch.Tensor], version: int) -> None:
         with torch.no_grad():
             self._model.load_state_dict(staged, strict=True)
+        self._decode_loop.weights_changed()
         self._decode_loop.version = version
 
     def _stage(self, state_dict: dict) -> dict[str, torch.Tensor]:
