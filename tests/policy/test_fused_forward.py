@@ -130,6 +130,7 @@ def test_float32_cpu_projections_use_packed_weights_that_follow_new_weights():
     x = torch.randn(3, model.config.hidden_size)
     gate_up = fused.layers[0].gate_up
     torch.testing.assert_close(gate_up(x), x @ gate_up.weight.t(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gate_up(x[:1]), x[:1] @ gate_up.weight.t(), rtol=1e-5, atol=1e-5)  # unpacked
     model.model.layers[0].mlp.up_proj.weight.mul_(2.0)  # in place, as load_state_dict does
     stale = gate_up(x)
     fused.refresh()
