@@ -63,7 +63,10 @@ def main() -> None:
     one_epoch = config.model_copy(update={"sft": config.sft.model_copy(update={"epochs": 1})})
     for epoch in range(1, config.sft.epochs + 1):
         started = time.perf_counter()
-        metrics = behaviour_cloning(one_epoch, policy, demos, heldout=heldout)
+        # a new seed each epoch: a new order and, with sft.shuffle_entities, new names (one call
+        # of behaviour_cloning seeds both from train.seed)
+        seeded = one_epoch.model_copy(update={"train": one_epoch.train.model_copy(update={"seed": config.train.seed + epoch})})
+        metrics = behaviour_cloning(seeded, policy, demos, heldout=heldout)
         policy.model.eval()
         print(f"epoch {epoch} ({time.perf_counter() - started:.0f} s)", {k: round(v, 3) for k, v in metrics.items()},
               exact_by_kind(policy, heldout), flush=True)
