@@ -64,6 +64,9 @@ class DecodeLoop:
         self.decoder, self.head = decoder_and_head(model)
         self._cache_arg = cache_argument(self.decoder)
         self._fused = FusedDecoder.build(model)  # None: transformers' forward
+        # the fused forward's head when its weight is packed (float32 on CPU): logits go through it
+        packed = self._fused is not None and self._fused.head.packed is not None
+        self._packed_head = self._fused.head if packed else None
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.vocab_size = self.head.weight.shape[0]
         self.max_positions = int(getattr(config, "max_position_embeddings", 1 << 30))
@@ -264,9 +267,7 @@ class DecodeLoop:
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         """``[n, H]`` hidden states -> ``[n, V]`` logits (through the fused forward's packed head if any)."""
-        if self._fused is not None and self._fused.head.packed is not None:
-            return self._fused.head(hidden)
-        return self.head(hidden)
+        return (self._packed_head or self.head)(hidden)
 
     def weights_changed(self) -> None:
         """The model's weights were replaced in place: refresh what is derived from them."""
@@ -278,9 +279,7 @@ class DecodeLoop:
         a fresh vocabulary-sized tensor every step is page-faulted in anew (SmolLM2, 64 rows:
         about 6 ms of a 125 ms bfloat16 step). Valid until the next step. A packed head (float32
         on CPU) writes a fresh tensor: packing outweighs the page faults there."""
-        if type(self.head) is not torch.nn.Linear or self.head.bias is not None or (
-            self._fused is not None and self._fused.head.packed is not None
-        ):
+        if type(self.head) is not torch.nn.Linear or self.head.bias is not None or self._packed_head is not None:
             return self._head(hidden)
         rows = hidden.shape[0]
         if self._logits is None or self._logits.dtype != hidden.dtype:

@@ -190,7 +190,12 @@ class FusedDecoder:
             hidden = hidden + layer.down_proj(gate)
         return self.norm(hidden)
 
+    @property
+    def projections(self) -> list[Projection]:
+        """Every projection of the forward, the head last."""
+        return [p for layer in self.layers for p in layer.projections] + [self.head]
+
     def refresh(self) -> None:
         """Re-pack the weights after they were changed in place (``load_state_dict``)."""
-        for projection in [p for layer in self.layers for p in layer.projections] + [self.head]:
+        for projection in self.projections:
             projection.refresh()
