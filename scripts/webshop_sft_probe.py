@@ -4,7 +4,7 @@
 
 After each epoch (a fresh ``behaviour_cloning`` call, so Adam restarts) prints the SFT metrics and,
 for the held-out demonstrations (``sft.heldout_demos``), how many actions of each kind (search
-query, result click by ASIN, option click, buy now) teacher forcing reproduces exactly (every token
+query, result click (by ASIN or number), option click, buy now) teacher forcing reproduces exactly (every token
 p > 0.5), and saves the policy to OUT. docs/webshop.md's tables come from it.
 """
 
@@ -27,14 +27,17 @@ from streamrl.train.config import load_config  # noqa: E402
 from streamrl.train.run import load_run_policy  # noqa: E402
 from streamrl.train.sft import behaviour_cloning, demonstrations_and_heldout, exact_actions  # noqa: E402
 
-KINDS = ("search", "asin", "option", "buy")
+KINDS = ("search", "result", "option", "buy")
 
 
 def kind(action: str) -> str:
     name, argument = parse_action(action)
     if name == "search":
         return "search"
-    return "asin" if (argument or "").startswith("b0") else "buy" if argument == "buy now" else "option"
+    argument = argument or ""
+    # a result by its ASIN, or by its number with env.prompt.number_results
+    result = argument.startswith("b0") or argument.isdigit()
+    return "result" if result else "buy" if argument == "buy now" else "option"
 
 
 @torch.no_grad()

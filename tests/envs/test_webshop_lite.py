@@ -238,3 +238,45 @@ def test_prompts_and_parser(env):
     parsed = make_parser("webshop_lite").parse("<think>ok</think><action>click[Buy Now]</action>")
     assert parsed.format_valid and parsed.action == "click[buy now]"
     assert not make_parser("webshop_lite").parse("no tags here at all").format_valid
+
+
+def test_numbered_results_click_the_kth_result_shown_and_nothing_else(env):
+    from streamrl.envs.webshop_lite.text import resolve_result_number, shown_results
+
+    observation, info = env.reset(task_id="test/4")
+    assert shown_results(info["admissible_actions"]) == [] and env.step("click[1]").info["invalid_action"]
+    page = env.step("search[monitor arm]")
+    results = shown_results(page.info["admissible_actions"])
+    assert [r[len("click["):-1].upper() for r in results] == env.state()["results"][:10]
+    assert resolve_result_number("click[ 3 ]", page.info["admissible_actions"]) == results[2]
+    assert resolve_result_number("click[11]", page.info["admissible_actions"]) == "click[11]"
+    assert resolve_result_number("click[0]", page.info["admissible_actions"]) == "click[0]"
+    assert env.step("click[11]").info["invalid_action"]  # past the page: a no-op like any unknown click
+    page2 = env.step("click[next >]")
+    item = env.step("click[2]")  # the second result of page 2
+    assert item.info["page"] == "item" and env.state()["asin"] == env.state()["results"][11]
+    assert shown_results(item.info["admissible_actions"]) == []  # an item page has no results
+    assert resolve_result_number("click[2]", item.info["admissible_actions"]) == "click[2]"
+    assert page2.info["page"] == "results"
+
+
+def test_numbered_results_prompt_and_demonstrations(env):
+    with pytest.raises(ValueError, match="number_results needs style 'compact'"):
+        make_prompt_builder("webshop_lite", number_results=True)
+    numbered = make_prompt_builder("webshop_lite", style="compact", require_think=False, number_results=True)
+    observation, info = env.reset(task_id="test/2")
+    assert numbered.shown_action("search[x]", observation, info) == "search[x]"
+    page = env.step(env.expert_action())
+    content = numbered.step_messages(observation, [], page.observation, page.info)[0]["content"]
+    lines = [line for line in content.splitlines() if line.startswith("click[") and " | $" in line]
+    assert [line.split(" | ")[0] for line in lines] == [f"click[{k}]" for k in range(1, 11)]
+    assert "click[b0" not in content  # no ASIN left to copy
+    titles = [part for part in page.observation.split(" [SEP] ")][-29::3]
+    assert [line.split(" | ")[1] for line in lines] == titles
+    # a demonstration's ASIN click is written as its number, and the number buys the same item
+    target = env.expert_action()
+    shown = numbered.shown_action(target, page.observation, page.info)
+    assert shown == f"click[{env.state()['results'][:10].index(env.goal['asin']) + 1}]"
+    while not (result := env.step(shown)).terminated:
+        shown = numbered.shown_action(env.expert_action(), result.observation, result.info)
+    assert result.info["won"]

@@ -134,3 +134,27 @@ def test_shuffle_entities_needs_the_entities_as_single_tokens():
     tokenizer = load_tiny_tokenizer(asins["entity_tokens"])
     ids = entity_token_ids(config, tokenizer)
     assert ids.tolist() == list(range(len(tokenizer) - 3900, len(tokenizer)))
+
+
+def test_webshop_demonstrations_are_written_as_the_prompt_shows_results():
+    """With ``env.prompt.number_results`` the shopper's ASIN clicks become ``click[k]`` in the
+    demonstration, the number the prompt shows, and the episodes still buy what the shopper chose."""
+    overrides = ["sft.source=search_expert", "sft.demos=3", "sft.only_successes=false", "model.dtype=float32"]
+    config = load_config("configs/webshop.yaml", overrides)
+    numbered = load_config("configs/webshop.yaml", [*overrides, "env.prompt.number_results=true"])
+    policy = load_run_policy(config, None)
+    plain = asyncio.run(collect_demonstrations(config, policy))
+    by_number = asyncio.run(collect_demonstrations(numbered, policy))
+    assert [t.won for t in by_number] == [t.won for t in plain] and any(t.won for t in plain)
+    clicks = 0
+    for a, b in zip(plain, by_number):
+        assert [t.info.get("purchased_asin") for t in a.turns] == [t.info.get("purchased_asin") for t in b.turns]
+        for turn_a, turn_b in zip(a.turns, b.turns):
+            if turn_a.action.startswith("click[b0"):
+                clicks += 1
+                assert turn_b.action.removeprefix("click[").removesuffix("]").isdigit()
+                assert policy.tokenizer.decode(turn_b.action_ids, skip_special_tokens=True).startswith(
+                    f"<action>{turn_b.action}")
+            else:
+                assert turn_b.action == turn_a.action
+    assert clicks >= 3

@@ -110,6 +110,12 @@ class PromptBuilder(ABC):
         builder keeps the last k it was configured with.
         """
 
+    def shown_action(self, action: str, observation: str, info: dict[str, Any]) -> str:
+        """``action`` written the way this prompt shows it on the page (``observation``, ``info``):
+        a demonstration's action is written so. The same string unless the builder renames what the
+        page offers (e.g. numbered results); the environment accepts either."""
+        return action
+
 
 class Env(ABC):
     """A single-episode environment. ``reset`` must be called before ``step``."""

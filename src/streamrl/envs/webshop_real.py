@@ -5,8 +5,9 @@ the pyserini/Lucene index, spaCy model, Java): put the checkout on ``PYTHONPATH`
 ``webshop_dir``. Nothing is downloaded here. It builds ``WebAgentTextEnv(observation_mode="text")``
 and maps ``get_available_actions()`` to the same admissible strings as ``webshop_lite``
 (``search[<your query>]`` and ``click[...]``), ``reset(session=idx)`` to the goal index, and
-WebShop's reward to ``score = 100 * r`` and ``won = (r == 1)``; so a policy trained on
-``webshop_lite`` runs here unchanged. Task ids follow WebShop's split: ``test/<n>`` = goal n
+WebShop's reward to ``score = 100 * r`` and ``won = (r == 1)``, and reads ``click[k]`` on a results
+page as the k-th result as ``webshop_lite`` does; so a policy trained on ``webshop_lite`` runs here
+unchanged. Task ids follow WebShop's split: ``test/<n>`` = goal n
 (n < 500), ``eval/<n>`` = goal 500 + n (n < 1000), ``train/<n>`` = goal 1500 + n.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from streamrl.envs.base import Env, EnvSpec, StepResult
 from streamrl.envs.webshop_lite.prompts import WebshopPromptBuilder, webshop_action_parser
-from streamrl.envs.webshop_lite.text import admissible
+from streamrl.envs.webshop_lite.text import admissible, resolve_result_number
 
 OFFSETS = {"test": 0, "eval": 500, "train": 1500}
 SIZES = {"test": 500, "eval": 1000, "train": None}
@@ -88,6 +89,7 @@ class WebshopRealEnv(Env):
         self.check_step(action, started=self._task_id is not None, done=self._done)
         self._steps += 1
         before = self._observation
+        action = resolve_result_number(action, self.admissible_actions() or [])
         observation, reward, done, _ = self._env.step(action)
         self._observation = observation
         reward = float(reward or 0.0)

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import torch
 
-from streamrl.envs import Env, StepResult, make, make_parser
+from streamrl.envs import Env, PromptBuilder, StepResult, make, make_parser, make_prompt_builder
 from streamrl.policy.api import GenerationRequest, GenerationResult
 from streamrl.policy.modeling import enable_gradient_checkpointing
 from streamrl.policy.scoring import default_token_mask, forward_for_loss
@@ -97,19 +97,25 @@ class DemonstrationEngine:
         return None
 
 
-def _demonstrator_factory(source: str, require_think: bool, replays: dict[str, list[str]]) -> Callable[[Env], Demonstrator]:
+def _demonstrator_factory(
+    source: str, require_think: bool, prompts: PromptBuilder, replays: dict[str, list[str]]
+) -> Callable[[Env], Demonstrator]:
+    def written(action: str, observation: str, info: dict[str, Any]) -> str:
+        # as the prompt shows it (e.g. a numbered result) and in the parser's format
+        return action_text(prompts.shown_action(action, observation, info), require_think)
+
     if source == "expert":
         def privileged(env: Env) -> Demonstrator:
             if not hasattr(env, "expert_action"):
                 raise ValueError(f"sft.source expert: environment {env.spec.name} has no expert_action()")
-            return lambda observation, info: action_text(env.expert_action() or "look", require_think)
+            return lambda observation, info: written(env.expert_action() or "look", observation, info)
         return privileged
     if source == "search_expert":
         def searching(env: Env) -> Demonstrator:
             if not hasattr(env, "searching_expert"):
                 raise ValueError(f"sft.source search_expert: environment {env.spec.name} has no searching_expert()")
             act = env.searching_expert()
-            return lambda observation, info: action_text(act(observation, info), require_think)
+            return lambda observation, info: written(act(observation, info), observation, info)
         return searching
 
     def replay(env: Env) -> Demonstrator:
@@ -167,7 +173,7 @@ async def collect_demonstrations(config: Config, policy: Any, heldout: bool = Fa
     else:
         replays = load_replays(Path(sft.source))
         task_ids = list(replays)[sft.demos : sft.demos + sft.heldout_demos] if heldout else list(replays)[: sft.demos]
-    factory = _demonstrator_factory(sft.source, require_think, replays)
+    factory = _demonstrator_factory(sft.source, require_think, make_prompt_builder(config.env.name, **config.env.prompt), replays)
     engine = DemonstrationEngine(policy.tokenizer, policy.end_of_turn_id)
 
     def demo_env() -> _DemonstratedEnv:

@@ -35,7 +35,8 @@ class WebshopLiteEnv(Env):
 
     Task ids: ``test/<n>`` (n < 500), ``eval/<n>`` (n < 1000), ``train/<n>`` (n < 2400).
     Options: ``max_steps`` (15), ``catalog_seed`` (0: the catalogue and the goal splits), ``seed``
-    (for a ``reset()`` without a seed or task id).
+    (for a ``reset()`` without a seed or task id). On a results page ``click[k]`` also clicks the
+    k-th result shown (``text.resolve_result_number``), for prompts that number the results.
     """
 
     def __init__(self, max_steps: int = MAX_STEPS, catalog_seed: int = DEFAULT_SEED, seed: int | None = None):
@@ -88,7 +89,7 @@ class WebshopLiteEnv(Env):
     def step(self, action: str) -> StepResult:
         self.check_step(action, started=self._goal is not None, done=self._done)
         self._steps += 1
-        name, arg = parse_action(action)
+        name, arg = parse_action(text.resolve_result_number(action, self.admissible_actions() or []))
         valid = name in ("search", "click") and arg is not None and arg != ""
         effective, reward, bought = False, 0.0, None
         if valid and name == "search":

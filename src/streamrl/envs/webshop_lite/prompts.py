@@ -10,6 +10,10 @@
   written as its action (``click[b0dacz57s9]``, ``click[buy now]``), each result on its own line
   (``click[asin] | title | $price``), and only the admissible actions not on the page (the search
   bar) listed after it. Each action then sits next to what it acts on, and nothing is said twice.
+  ``number_results=True`` writes the results as ``click[1]`` .. ``click[10]`` in page order
+  instead of their ASINs (the environments read ``click[k]`` on a results page as the k-th
+  result): choosing a result is then choosing among ten short, frequent tokens, not copying a
+  10-character code, which a small model trained from scratch does not learn (docs/webshop.md).
 
 The parser is verl-agent's ``<think>``/``<action>`` projection with WebShop's 20-character fallback.
 """
@@ -21,6 +25,7 @@ from typing import Any
 
 from streamrl.envs.base import PromptBuilder
 from streamrl.envs.common import ThinkActionParser, prompt_instruction
+from streamrl.envs.webshop_lite.text import shown_results
 
 SEP = " [SEP] "
 _ASIN = re.compile(r"^B0[0-9A-Z]{8}$")
@@ -70,12 +75,20 @@ class WebshopPromptBuilder(PromptBuilder):
         history_length: int = 2,
         require_think: bool = True,
         instruction: str | None = None,
+        number_results: bool = False,
     ):
         self.instruction = prompt_instruction(
             "webshop", style, history_length, require_think, instruction, (THINK_INSTRUCTION, ACTION_INSTRUCTION)
         )
+        if number_results and style != "compact":
+            raise ValueError("webshop prompt builder: number_results needs style 'compact' (verl-agent's lists ASINs)")
         self.style = style
         self.history_length = history_length
+        self.number_results = number_results
+
+    def shown_action(self, action: str, observation: str, info: dict[str, Any]) -> str:
+        results = shown_results(info.get("admissible_actions") or []) if self.number_results else []
+        return f"click[{results.index(action) + 1}]" if action in results else action
 
     # -- full-history transcripts ----------------------------------------------------------------
 
@@ -142,8 +155,7 @@ class WebshopPromptBuilder(PromptBuilder):
     def _quoted(observation: str) -> str:
         return SEP.join(f"'{part}'" for part in page_parts(observation))
 
-    @staticmethod
-    def _compact_page(observation: str, info: dict[str, Any]) -> str:
+    def _compact_page(self, observation: str, info: dict[str, Any]) -> str:
         admissible = list(info.get("admissible_actions") or [])
         shown: set[str] = set()
         text = ""
@@ -152,7 +164,7 @@ class WebshopPromptBuilder(PromptBuilder):
             if click in admissible and click not in shown:
                 shown.add(click)
                 # a result starts a line: its ASIN is the first part the item shows
-                text += ("\n" if text and _ASIN.match(part) else " | " if text else "") + click
+                text += ("\n" if text and _ASIN.match(part) else " | " if text else "") + self.shown_action(click, observation, info)
             else:
                 text += (" | " if text else "") + part
         rest = [action for action in admissible if action not in shown]

@@ -6,6 +6,7 @@ Clickables are lowercased button texts and ASINs, plus option values, as
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 SEP = " [SEP] "
@@ -76,3 +77,29 @@ def admissible(has_search_bar: bool, clickables: list[str]) -> list[str]:
     for each clickable (``click[search]`` is a no-op in WebShop, so it is left out)."""
     actions = [SEARCH_PLACEHOLDER] if has_search_bar else []
     return actions + [f"click[{c}]" for c in clickables if c != "search"]
+
+
+#: clickables of a results page that are not results
+_RESULTS_PAGE_BUTTONS = frozenset({"click[back to search]", "click[next >]", "click[< prev]"})
+_NUMBERED_CLICK = re.compile(r"^\s*click\s*\[\s*([1-9][0-9]?)\s*\]\s*$", re.IGNORECASE)
+
+
+def shown_results(admissible_actions: list[str]) -> list[str]:
+    """The result clicks (``click[<asin>]``) of a results page in the order shown; ``[]`` on any
+    other page (an item page has ``click[buy now]``, the search page ``search[...]``)."""
+    actions = list(admissible_actions)
+    if "click[back to search]" not in actions or "click[buy now]" in actions or SEARCH_PLACEHOLDER in actions:
+        return []
+    return [a for a in actions if a.startswith("click[") and a not in _RESULTS_PAGE_BUTTONS]
+
+
+def resolve_result_number(action: str, admissible_actions: list[str]) -> str:
+    """``click[k]`` on a results page -> the k-th result's ``click[<asin>]`` (k from 1); any other
+    action unchanged. The one extension to WebShop's grammar: it lets a prompt refer to results
+    by position (``WebshopPromptBuilder(number_results=True)``) instead of by a 10-character ASIN."""
+    match = _NUMBERED_CLICK.match(action)
+    if match is None or action.strip().lower() in admissible_actions:
+        return action
+    results = shown_results(admissible_actions)
+    k = int(match.group(1))
+    return results[k - 1] if k <= len(results) else action
