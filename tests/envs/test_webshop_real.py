@@ -27,6 +27,7 @@ class _LiteAsReal:
 
     def __init__(self):
         self.lite = WebshopLiteEnv()
+        self.received: list[str] = []
 
     def reset(self, session):
         observation, info = self.lite.reset(task_id=f"test/{session}")
@@ -34,6 +35,7 @@ class _LiteAsReal:
         return observation, None
 
     def step(self, action):
+        self.received.append(action)
         result = self.lite.step(action)
         self.info = result.info
         return result.observation, result.reward, result.terminated, None
@@ -54,6 +56,15 @@ def test_mapping_keeps_webshop_lite_strings():
         if b.terminated:
             break
     assert a.terminated and a.info["won"] and a.info["score"] == 100.0
+
+
+def test_a_numbered_result_reaches_webshop_as_its_asin():
+    text_env = _LiteAsReal()
+    real = WebshopRealEnv(_text_env=text_env)
+    real.reset(task_id="test/4")
+    page = real.step("search[monitor arm]")
+    third = [a for a in page.info["admissible_actions"] if a.startswith("click[b0")][2]
+    assert real.step("click[3]").info["action_effective"] and text_env.received[-1] == third
 
 
 @pytest.mark.skipif(not HAS_WEBSHOP, reason="the real WebShop (web_agent_site) is not installed")
