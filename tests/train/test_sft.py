@@ -140,7 +140,7 @@ def test_webshop_demonstrations_are_written_as_the_prompt_shows_results():
     """With ``env.prompt.number_results`` the shopper's ASIN clicks become ``click[k]`` in the
     demonstration, the number the prompt shows, and the episodes still buy what the shopper chose."""
     overrides = ["sft.source=search_expert", "sft.demos=3", "sft.only_successes=false", "model.dtype=float32"]
-    config = load_config("configs/webshop.yaml", overrides)
+    config = load_config("configs/webshop.yaml", [*overrides, "env.prompt.number_results=false"])
     numbered = load_config("configs/webshop.yaml", [*overrides, "env.prompt.number_results=true"])
     policy = load_run_policy(config, None)
     plain = asyncio.run(collect_demonstrations(config, policy))
