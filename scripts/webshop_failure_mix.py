@@ -16,6 +16,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from streamrl.envs import make  # noqa: E402
+from streamrl.envs.webshop_lite.search import PER_PAGE  # noqa: E402
+
 
 def main() -> None:
     env = make("webshop_lite")
@@ -29,7 +31,7 @@ def main() -> None:
         for turn in episode["turns"]:
             result = env.step(turn["action"])
             state = env.state()
-            shown |= target in state["results"][(state["page_no"] - 1) * 10 : state["page_no"] * 10]
+            shown |= target in state["results"][(state["page_no"] - 1) * PER_PAGE : state["page_no"] * PER_PAGE]
             if result.terminated or result.truncated:
                 break
         info = result.info

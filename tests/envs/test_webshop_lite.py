@@ -248,15 +248,15 @@ def test_numbered_results_click_the_kth_result_shown_and_nothing_else(env):
     page = env.step("search[monitor arm]")
     results = shown_results(page.info["admissible_actions"])
     assert [r[len("click["):-1].upper() for r in results] == env.state()["results"][:10]
-    assert resolve_result_number("click[ 3 ]", page.info["admissible_actions"]) == results[2]
-    assert resolve_result_number("click[11]", page.info["admissible_actions"]) == "click[11]"
-    assert resolve_result_number("click[0]", page.info["admissible_actions"]) == "click[0]"
+    assert resolve_result_number("click[ 3 ]", lambda: page.info["admissible_actions"]) == results[2]
+    assert resolve_result_number("click[11]", lambda: page.info["admissible_actions"]) == "click[11]"
+    assert resolve_result_number("click[0]", lambda: page.info["admissible_actions"]) == "click[0]"
     assert env.step("click[11]").info["invalid_action"]  # past the page: a no-op like any unknown click
     page2 = env.step("click[next >]")
     item = env.step("click[2]")  # the second result of page 2
     assert item.info["page"] == "item" and env.state()["asin"] == env.state()["results"][11]
     assert shown_results(item.info["admissible_actions"]) == []  # an item page has no results
-    assert resolve_result_number("click[2]", item.info["admissible_actions"]) == "click[2]"
+    assert resolve_result_number("click[2]", lambda: item.info["admissible_actions"]) == "click[2]"
     assert page2.info["page"] == "results"
 
 

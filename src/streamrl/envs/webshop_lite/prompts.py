@@ -87,8 +87,13 @@ class WebshopPromptBuilder(PromptBuilder):
         self.number_results = number_results
 
     def shown_action(self, action: str, observation: str, info: dict[str, Any]) -> str:
-        results = shown_results(info.get("admissible_actions") or []) if self.number_results else []
-        return f"click[{results.index(action) + 1}]" if action in results else action
+        return self._result_numbers(info).get(action, action)
+
+    def _result_numbers(self, info: dict[str, Any]) -> dict[str, str]:
+        """``click[<asin>]`` -> ``click[k]`` for the page's results (empty unless ``number_results``)."""
+        if not self.number_results:
+            return {}
+        return {a: f"click[{k}]" for k, a in enumerate(shown_results(info.get("admissible_actions") or []), 1)}
 
     # -- full-history transcripts ----------------------------------------------------------------
 
@@ -157,6 +162,7 @@ class WebshopPromptBuilder(PromptBuilder):
 
     def _compact_page(self, observation: str, info: dict[str, Any]) -> str:
         admissible = list(info.get("admissible_actions") or [])
+        numbers = self._result_numbers(info)
         shown: set[str] = set()
         text = ""
         for part in page_parts(observation):
@@ -164,7 +170,7 @@ class WebshopPromptBuilder(PromptBuilder):
             if click in admissible and click not in shown:
                 shown.add(click)
                 # a result starts a line: its ASIN is the first part the item shows
-                text += ("\n" if text and _ASIN.match(part) else " | " if text else "") + self.shown_action(click, observation, info)
+                text += ("\n" if text and _ASIN.match(part) else " | " if text else "") + numbers.get(click, click)
             else:
                 text += (" | " if text else "") + part
         rest = [action for action in admissible if action not in shown]

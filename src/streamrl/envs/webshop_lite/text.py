@@ -7,6 +7,7 @@ Clickables are lowercased button texts and ASINs, plus option values, as
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 SEP = " [SEP] "
@@ -87,19 +88,26 @@ _NUMBERED_CLICK = re.compile(r"^\s*click\s*\[\s*([1-9][0-9]?)\s*\]\s*$", re.IGNO
 def shown_results(admissible_actions: list[str]) -> list[str]:
     """The result clicks (``click[<asin>]``) of a results page in the order shown; ``[]`` on any
     other page (an item page has ``click[buy now]``, the search page ``search[...]``)."""
-    actions = list(admissible_actions)
-    if "click[back to search]" not in actions or "click[buy now]" in actions or SEARCH_PLACEHOLDER in actions:
+    if (
+        "click[back to search]" not in admissible_actions
+        or "click[buy now]" in admissible_actions
+        or SEARCH_PLACEHOLDER in admissible_actions
+    ):
         return []
-    return [a for a in actions if a.startswith("click[") and a not in _RESULTS_PAGE_BUTTONS]
+    return [a for a in admissible_actions if a.startswith("click[") and a not in _RESULTS_PAGE_BUTTONS]
 
 
-def resolve_result_number(action: str, admissible_actions: list[str]) -> str:
+def resolve_result_number(action: str, admissible_actions: Callable[[], list[str]]) -> str:
     """``click[k]`` on a results page -> the k-th result's ``click[<asin>]`` (k from 1); any other
     action unchanged. The one extension to WebShop's grammar: it lets a prompt refer to results
-    by position (``WebshopPromptBuilder(number_results=True)``) instead of by a 10-character ASIN."""
+    by position (``WebshopPromptBuilder(number_results=True)``) instead of by a 10-character ASIN.
+    ``admissible_actions`` is asked only for a numbered click (the real WebShop computes it)."""
     match = _NUMBERED_CLICK.match(action)
-    if match is None or action.strip().lower() in admissible_actions:
+    if match is None:
         return action
-    results = shown_results(admissible_actions)
+    actions = admissible_actions()
+    if action.strip().lower() in actions:
+        return action
+    results = shown_results(actions)
     k = int(match.group(1))
     return results[k - 1] if k <= len(results) else action
