@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from streamrl.policy import GenerationRequest, HFEngine, SamplingParams, load_policy
+from streamrl.policy import GenerationRequest, HFEngine, SamplingParams, fused_forward, load_policy
 from streamrl.policy.fused_forward import FusedDecoder
 from streamrl.policy.kv_cache import SlabCache, SlabPrefill
 from streamrl.policy.modeling import cache_argument, decoder_and_head
@@ -43,8 +43,11 @@ def _prefill_then_decode(forward, model):
     return first, step[:, -1], [kv[:, :, : slab.end + 1] for kv in slab.keys + slab.values]  # columns written
 
 
+@pytest.mark.parametrize("pack", [False, True], ids=["plain", "packed"])
 @pytest.mark.parametrize("arch", ["tiny", "llama", "qwen2", "qwen3"])
-def test_fused_forward_equals_transformers(model_folder, arch):
+def test_fused_forward_equals_transformers(model_folder, arch, pack, monkeypatch):
+    if pack:  # every projection through oneDNN's packed weights (by default only a vocabulary-wide head)
+        monkeypatch.setattr(fused_forward, "PACK_MIN_OUTPUTS", 1)
     model = _model(model_folder, arch)
     with torch.no_grad():
         expected = _prefill_then_decode(lambda *a: _hf_forward(model, *a), model)
@@ -122,7 +125,17 @@ def test_weights_are_stored_input_major_and_a_tied_head_stays_tied():
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="packing needs oneDNN")
-def test_float32_cpu_projections_use_packed_weights_that_follow_new_weights():
+def test_only_vocabulary_wide_projections_are_packed():
+    model = copy.deepcopy(load_policy(SMALL_TINY, seed=0).model).eval().requires_grad_(False)
+    fused = FusedDecoder.build(model)
+    assert all(p.packed is None for p in fused.projections)  # the layers, and a head of 2k outputs
+    big = fused_forward.Projection(torch.randn(fused_forward.PACK_MIN_OUTPUTS, 8), None)
+    assert big.packed is not None
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="packing needs oneDNN")
+def test_packed_weights_follow_new_weights(monkeypatch):
+    monkeypatch.setattr(fused_forward, "PACK_MIN_OUTPUTS", 1)  # pack every projection of the small model
     model = copy.deepcopy(load_policy(SMALL_TINY, seed=0).model).eval().requires_grad_(False)
     fused = FusedDecoder.build(model)
     assert all(p.packed is not None for p in fused.projections)

@@ -18,13 +18,15 @@ contiguous ``[in, out]`` matrix, the same result 10-20% faster at the engine's 6
 (measured on the 2-core Xeon: SmolLM2 gate/up 2.9 -> 2.6 ms, down 1.6 -> 1.4 ms per layer). ``FusedDecoder.build`` returns None for any other structure (the engine then keeps
 transformers' forward).
 
-On CPU in float32 every projection and the head also keep a copy of their weight pre-packed in
-oneDNN's blocked layout (``Projection``): a plain matrix multiply re-packs its weight on every call,
-which at the engine's 64-row decode shapes costs as much as the multiply (measured on the 2-core
-AVX2 EPYC, SmolLM2 64 rows: gate/up 33-43 -> 54 GFLOP/s, the 49,152-row head 23-29 -> 40-54; a single
-row stays unpacked, where MKL's matrix-vector product is faster). The
-copy doubles the engine model's weight memory and is refreshed after ``update_weights``
-(``FusedDecoder.refresh``); without oneDNN, or in other dtypes and devices, ``F.linear`` as before.
+On CPU in float32 the output head also keeps a copy of its weight pre-packed in oneDNN's blocked
+layout (``Projection``): a plain matrix multiply re-packs its weight on every call, which for the
+vocabulary-wide head at the engine's 64-row decode shape costs a fifth of the multiply (SmolLM2's
+49,152 x 576 head on the 2-core AVX2 EPYC, quiet: 54 -> 70 GFLOP/s). The decoder's own projections
+stay plain ``F.linear``: there packing measured no faster at 64 rows (71-76 GFLOP/s either way) and
+slower at prefill sizes (80-83 against 90-95 at 1,700 rows), and the whole engine ran 6% faster
+without it (docs/results/speed.md, seventh round). The head's copy is refreshed after
+``update_weights`` (``FusedDecoder.refresh``); without oneDNN, or in other dtypes and devices,
+``F.linear`` as before.
 """
 
 from __future__ import annotations
@@ -71,15 +73,22 @@ def fuse(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 #: the row count oneDNN lays the packed weights out for (the engine's usual decode batch)
 PACKING_ROWS = 64
+#: a projection is packed from this many outputs on (the vocabulary-wide head; module docstring)
+PACK_MIN_OUTPUTS = 16384
 
 
 def _can_pack(weight: torch.Tensor) -> bool:
-    return weight.device.type == "cpu" and weight.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+    return (
+        weight.shape[0] >= PACK_MIN_OUTPUTS
+        and weight.device.type == "cpu"
+        and weight.dtype == torch.float32
+        and torch.backends.mkldnn.is_available()
+    )
 
 
 class Projection:
     """``x -> x W^T + b`` over the model's own ``weight [out, in]`` (and ``bias``), through a copy of
-    the weight pre-packed for oneDNN where that applies (module docstring); ``refresh`` re-packs it
+    the weight pre-packed for oneDNN where that pays (module docstring); ``refresh`` re-packs it
     after the weight changed in place."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
