@@ -246,16 +246,16 @@ def test_bad_requests_fail_alone(engine, small_policy):
 def test_a_failing_step_errors_its_rows_and_the_engine_recovers(engine, small_policy, monkeypatch):
     prompt = prompts(small_policy, 1)[0]
     loop = engine._decode_loop
-    real_head = loop._head
+    real_forward = loop._forward
     calls = {"n": 0}
 
-    def flaky_head(hidden):
+    def flaky_forward(*args):
         calls["n"] += 1
-        if calls["n"] == 3:
+        if calls["n"] == 3:  # the prefill, a decode step, then this one
             raise RuntimeError("boom")
-        return real_head(hidden)
+        return real_forward(*args)
 
-    monkeypatch.setattr(loop, "_head", flaky_head)
+    monkeypatch.setattr(loop, "_forward", flaky_forward)
     failed = run(
         generate_all(engine, [GenerationRequest(f"f{i}", prompt, SamplingParams(max_new_tokens=8)) for i in range(2)])
     )
