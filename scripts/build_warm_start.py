@@ -107,7 +107,8 @@ def main() -> int:
     parser.add_argument("--config", default=str(REPO / "configs" / "warm_start.yaml"))
     parser.add_argument("--name", default="alfworld_lite-tiny")
     args = parser.parse_args()
-    record = build(Path(args.config).resolve(), args.name)
+    # absolute, not resolved: configs/ is a link into the package, and the record names the path as given
+    record = build(Path(args.config).absolute(), args.name)
     held = record["held_out"]
     print(f"warm start {record['name']}: held-out greedy {100 * held['greedy_success']:.1f}%, "
           f"sampled (T={held['sampled_temperature']}) {100 * held['sampled_success']:.1f}%, "

@@ -1,6 +1,6 @@
 """Behaviour cloning on webshop_lite one epoch at a time, with held-out imitation by action kind.
 
-    python scripts/webshop_sft_probe.py OUT [overrides ...]     # on top of configs/webshop.yaml
+    python scripts/webshop_sft_probe.py OUT [overrides ...]     # on top of configs/warm_start_webshop.yaml
 
 After each epoch (a fresh ``behaviour_cloning`` call, so Adam restarts) prints the SFT metrics and,
 for the held-out demonstrations (``sft.heldout_demos``), how many actions of each kind (search
@@ -57,7 +57,7 @@ def exact_by_kind(policy, heldout) -> dict[str, str]:
 
 def main() -> None:
     out, overrides = sys.argv[1], sys.argv[2:]
-    config = load_config(["configs/webshop.yaml"], overrides)
+    config = load_config(["configs/warm_start_webshop.yaml"], overrides)
     policy = load_run_policy(config, None)
     demos, heldout = asyncio.run(demonstrations_and_heldout(config, policy))
     print(f"vocabulary {len(policy.tokenizer)}, {len(demos)} demonstrations, {len(heldout)} held out", flush=True)

@@ -64,13 +64,14 @@ def test_built_from_the_committed_config(name):
         assert {key: current[key] for key in dumped} == dumped, f"{section} differs from the record"
 
 
-def test_the_default_run_trains_where_the_warm_start_was_cloned():
-    default = load_config(str(REPO / "configs" / "default.yaml"), [])
-    assert default.model.init_from == f"warm-start:{DEFAULT}"
-    built = load_config(str(REPO / _record(DEFAULT)["config_file"]), [])
-    assert default.model.overrides == built.model.overrides
-    assert default.env.model_dump() == built.env.model_dump()
-    assert default.rollout.model_dump() == built.rollout.model_dump()
+@pytest.mark.parametrize(("run_config", "name"), [("default.yaml", DEFAULT), ("webshop.yaml", "webshop_lite-tiny")])
+def test_the_run_trains_where_its_warm_start_was_cloned(run_config, name):
+    run = load_config(str(REPO / "configs" / run_config), [])
+    assert run.model.init_from == f"warm-start:{name}"
+    built = load_config(str(REPO / _record(name)["config_file"]), [])
+    assert run.model.overrides == built.model.overrides
+    assert run.env.model_dump() == built.env.model_dump()
+    assert run.rollout.model_dump() == built.rollout.model_dump()
 
 
 def test_warm_start_spec_loads_the_shipped_policy():

@@ -125,7 +125,7 @@ def test_shuffle_entities_renames_each_entity_consistently_within_a_row():
 
 
 def test_shuffle_entities_needs_the_entities_as_single_tokens():
-    config = load_config("configs/webshop.yaml", ["sft.shuffle_entities=true"])
+    config = load_config("configs/warm_start_webshop.yaml", ["sft.shuffle_entities=true"])
     from streamrl.policy.tiny import load_tiny_tokenizer
 
     with pytest.raises(ValueError, match="no single token for 3900 entities .*model.entity_tokens=true"):
@@ -140,8 +140,8 @@ def test_webshop_demonstrations_are_written_as_the_prompt_shows_results():
     """With ``env.prompt.number_results`` the shopper's ASIN clicks become ``click[k]`` in the
     demonstration, the number the prompt shows, and the episodes still buy what the shopper chose."""
     overrides = ["sft.source=search_expert", "sft.demos=3", "sft.only_successes=false", "model.dtype=float32"]
-    config = load_config("configs/webshop.yaml", [*overrides, "env.prompt.number_results=false"])
-    numbered = load_config("configs/webshop.yaml", [*overrides, "env.prompt.number_results=true"])
+    config = load_config("configs/warm_start_webshop.yaml", [*overrides, "env.prompt.number_results=false"])
+    numbered = load_config("configs/warm_start_webshop.yaml", [*overrides, "env.prompt.number_results=true"])
     policy = load_run_policy(config, None)
     plain = asyncio.run(collect_demonstrations(config, policy))
     by_number = asyncio.run(collect_demonstrations(numbered, policy))
