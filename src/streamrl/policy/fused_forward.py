@@ -20,7 +20,7 @@ transformers' forward).
 
 On CPU in float32 the output head also keeps a copy of its weight pre-packed in oneDNN's blocked
 layout (``Projection``): a plain matrix multiply re-packs its weight on every call, which for the
-vocabulary-wide head at the engine's 64-row decode shape costs a fifth of the multiply (SmolLM2's
+vocabulary-wide head at the engine's 64-row decode shape costs about a quarter of its time (SmolLM2's
 49,152 x 576 head on the 2-core AVX2 EPYC, quiet: 54 -> 70 GFLOP/s). The decoder's own projections
 stay plain ``F.linear``: there packing measured no faster at 64 rows (71-76 GFLOP/s either way) and
 slower at prefill sizes (80-83 against 90-95 at 1,700 rows), and the whole engine ran 6% faster
