@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from streamrl.envs import make  # noqa: E402
-from streamrl.envs.webshop_lite.search import PER_PAGE  # noqa: E402
+from streamrl.envs.webshop_lite.text import shown_results  # noqa: E402
 
 
 def main() -> None:
@@ -28,10 +28,10 @@ def main() -> None:
     for episode in (r for r in evaluations if r["step"] == last):
         env.reset(task_id=episode["task_id"])
         target, shown = env.goal["asin"], False
+        target_click = f"click[{target.lower()}]"
         for turn in episode["turns"]:
             result = env.step(turn["action"])
-            state = env.state()
-            shown |= target in state["results"][(state["page_no"] - 1) * PER_PAGE : state["page_no"] * PER_PAGE]
+            shown |= target_click in shown_results(result.info.get("admissible_actions") or [])
             if result.terminated or result.truncated:
                 break
         info = result.info

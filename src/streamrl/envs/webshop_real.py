@@ -89,7 +89,7 @@ class WebshopRealEnv(Env):
         self.check_step(action, started=self._task_id is not None, done=self._done)
         self._steps += 1
         before = self._observation
-        action = resolve_result_number(action, lambda: self.admissible_actions() or [])
+        action = resolve_result_number(action, self.admissible_actions)
         observation, reward, done, _ = self._env.step(action)
         self._observation = observation
         reward = float(reward or 0.0)

@@ -89,7 +89,7 @@ class WebshopLiteEnv(Env):
     def step(self, action: str) -> StepResult:
         self.check_step(action, started=self._goal is not None, done=self._done)
         self._steps += 1
-        name, arg = parse_action(text.resolve_result_number(action, lambda: self.admissible_actions() or []))
+        name, arg = parse_action(text.resolve_result_number(action, self.admissible_actions))
         valid = name in ("search", "click") and arg is not None and arg != ""
         effective, reward, bought = False, 0.0, None
         if valid and name == "search":

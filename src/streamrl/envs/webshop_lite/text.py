@@ -97,7 +97,7 @@ def shown_results(admissible_actions: list[str]) -> list[str]:
     return [a for a in admissible_actions if a.startswith("click[") and a not in _RESULTS_PAGE_BUTTONS]
 
 
-def resolve_result_number(action: str, admissible_actions: Callable[[], list[str]]) -> str:
+def resolve_result_number(action: str, admissible_actions: Callable[[], list[str] | None]) -> str:
     """``click[k]`` on a results page -> the k-th result's ``click[<asin>]`` (k from 1); any other
     action unchanged. The one extension to WebShop's grammar: it lets a prompt refer to results
     by position (``WebshopPromptBuilder(number_results=True)``) instead of by a 10-character ASIN.
@@ -105,7 +105,7 @@ def resolve_result_number(action: str, admissible_actions: Callable[[], list[str
     match = _NUMBERED_CLICK.match(action)
     if match is None:
         return action
-    actions = admissible_actions()
+    actions = admissible_actions() or []
     if action.strip().lower() in actions:
         return action
     results = shown_results(actions)
