@@ -101,7 +101,7 @@ def test_non_admissible_strings_do_nothing_and_leave_the_state_unchanged():
     for task_id in ["train/4", "train/5", "seen/3", "unseen/9"]:
         for state in _states(env, task_id, rng, steps=10):
             for _ in range(25):
-                before, step = state.state_hash(), state._steps
+                before, step = state.state_hash(), state.steps
                 trial = copy.deepcopy(state)
                 text = _non_admissible(trial, rng)
                 result = trial.step(text)

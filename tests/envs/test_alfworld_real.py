@@ -119,7 +119,7 @@ def test_batch_of_one_results_map_into_step_results(monkeypatch, tmp_path):
     env.close()
     env.close()
     assert created[-1].closed
-    with pytest.raises(ValueError, match="bad task_id"):
+    with pytest.raises(ValueError, match="out of range"):
         env.reset(task_id="unseen/2")
 
 

@@ -80,7 +80,7 @@ def test_bad_task_ids_and_options_are_named():
         env.reset(task_id="test/1000")
     with pytest.raises(ValueError, match="unknown options"):
         env.reset(seed=1, options={"difficulty": 3})
-    with pytest.raises(ValueError, match="seed must be >= 0"):
+    with pytest.raises(ValueError, match="seed must be a non-negative int"):
         env.reset(seed=-1)
     with pytest.raises(RuntimeError, match="reset"):
         make("guess_number").step("50")

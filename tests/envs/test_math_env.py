@@ -121,7 +121,7 @@ def test_max_turns_truncates():
     env.reset(task_id="test/5")
     results = [env.step("hmm") for _ in range(3)]
     assert [r.truncated for r in results] == [False, False, True]
-    assert results[-1].info["reason"] == "max_turns" and results[-1].reward == 0.0
+    assert results[-1].info["reason"] == "max_steps" and results[-1].reward == 0.0
 
 
 def test_info_counts_tool_errors_and_timeouts():

@@ -14,12 +14,12 @@ builder and parser as ``alfworld_lite``.
 from __future__ import annotations
 
 import os
-import random
 from pathlib import Path
 from typing import Any
 
+from streamrl.envs.alfworld_lite.env import AlfworldLiteEnv
 from streamrl.envs.alfworld_lite.prompts import AlfworldPromptBuilder, alfworld_action_parser
-from streamrl.envs.base import Env, EnvSpec, StepResult
+from streamrl.envs.base import Env, EnvSpec, Step
 from streamrl.envs.registry import register
 
 #: our split names -> AlfredTWEnv's ``train_eval`` values and data folders
@@ -120,22 +120,19 @@ class AlfworldRealEnv(Env):
                 f"alfworld_real: no ALFWorld games under {self.root / 'json_2.1.1'}; set ALFWORLD_DATA "
                 f"to the folder `alfworld-download` filled (it holds json_2.1.1/ and logic/)"
             )
+        super().__init__(seed=seed)
         self.spec = EnvSpec(
             name="alfworld_real",
             max_steps=max_steps,
             action_format="command",
             reward_range=(0.0, 1.0),
-            has_admissible_actions=True,
             splits=dict(NOMINAL_SIZES),
             eval_split="unseen",
         )
         self._config = _config(self.root, max_steps)
-        self._rng = random.Random(seed)
         self._games: dict[str, list[str]] = {}
         self._collectors: dict[str, Any] = {}  # split -> AlfredTWEnv (it scans the data once)
         self._game_env: Any = None
-        self._done = True
-        self._task_id: str | None = None
 
     def games(self, split: str) -> list[str]:
         """The split's solvable game files, as ``AlfredTWEnv`` selects them, in sorted order."""
@@ -146,88 +143,62 @@ class AlfworldRealEnv(Env):
             self._games[split] = sorted(self._collectors[split].game_files)
         return self._games[split]
 
-    def task_ids(self, split: str, limit: int | None = None) -> list[str]:
-        count = len(self.games(split))
-        return [f"{split}/{i}" for i in range(count if limit is None else min(count, limit))]
+    def split_size(self, split: str) -> int | None:
+        return len(self.games(split))
 
-    def reset(
-        self,
-        seed: int | None = None,
-        task_id: str | None = None,
-        options: dict[str, Any] | None = None,
-    ) -> tuple[str, dict[str, Any]]:
-        if options:
-            raise ValueError(f"alfworld_real.reset: unknown options {sorted(options)} (it takes none)")
-        if task_id is None:
-            games = self.games("train")
-            index = (seed if seed is not None else self._rng.randrange(2**31)) % len(games)
-            task_id = f"train/{index}"
-        split, _, index_text = task_id.partition("/")
-        games = self.games(split)
-        if not index_text.isdigit() or int(index_text) >= len(games):
-            raise ValueError(f"alfworld_real: bad task_id {task_id!r} (split {split!r} has {len(games)} games)")
+    def start(self, task_id: str) -> str:
+        split, index = self.check_task_id(task_id)
         self._close_game()
         collector = self._collectors[split]
-        collector.game_files = [games[int(index_text)]]  # register this game alone
+        collector.game_files = [self.games(split)[index]]  # register this game alone
         collector.num_games = 1
         self._game_env = collector.init_env(batch_size=1)
         observations, infos = self._game_env.reset()
-        self._task_id, self._gamefile = task_id, games[int(index_text)]
-        self._steps, self._done = 0, False
-        return observations[0], self._info(observations[0], infos, effective=True)
+        self._gamefile = self.games(split)[index]
+        self._observe(observations[0], infos)
+        return observations[0]
 
-    def step(self, action: str) -> StepResult:
-        self.check_step(action, started=self._game_env is not None, done=self._done)
+    def act(self, action: str) -> Step:
         observations, _scores, dones, infos = self._game_env.step([action])
-        self._steps += 1
         observation = observations[0]
-        info = self._info(observation, infos, effective=observation.strip() != "Nothing happens.")
-        won = info["won"]
-        truncated = not won and self._steps >= self.spec.max_steps
+        self._observe(observation, infos)
+        won = bool(infos["won"][0])
         # TextWorld has no losing state, but report one if its game ever says done without a win
-        terminated = won or (bool(dones[0]) and not truncated)
-        self._done = terminated or truncated
-        if won:
-            info["reason"] = "won"
-        elif truncated:
-            info["reason"] = "max_steps"
-        elif terminated:
-            info["reason"] = "done"
-        return StepResult(observation, 1.0 if won else 0.0, terminated, truncated, info)
+        # (before the step cap, which TextWorld also reports as done)
+        done = won or (bool(dones[0]) and self.steps < self.spec.max_steps)
+        return Step(observation, reward=1.0 if won else 0.0, done=done, won=won,
+                    effective=observation.strip() != "Nothing happens.", reason=None if won or not done else "done")
+
+    execute = AlfworldLiteEnv.execute  # the same tool form: execute(command)
 
     def admissible_actions(self) -> list[str] | None:
         return list(self._admissible) if self._game_env is not None else None
 
+    def describe(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "task_type": task_type_of(self._gamefile),
+            "anchor": f"{self.task_id}|{self._observation}",  # the raw observation, as verl-agent's GiGPO
+            "admissible_commands": self.admissible_actions(),
+            "gamefile": self._gamefile,
+        }
+        if self._expert_plan is not None:
+            info["expert_plan"] = list(self._expert_plan)
+            info["expert_privileged"] = True
+        return info
+
     def close(self) -> None:
         self._close_game()
-        self._done = True
+        super().close()
+
+    def _observe(self, observation: str, infos: dict[str, Any]) -> None:
+        self._observation = observation
+        self._admissible = list(infos["admissible_commands"][0])
+        self._expert_plan = infos["extra.expert_plan"][0] if "extra.expert_plan" in infos else None
 
     def _close_game(self) -> None:
         if self._game_env is not None:
             self._game_env.close()
             self._game_env = None
-
-    def _info(self, observation: str, infos: dict[str, Any], *, effective: bool) -> dict[str, Any]:
-        won = bool(infos["won"][0])
-        self._admissible = list(infos["admissible_commands"][0])
-        actions = list(self._admissible)  # a copy: callers may edit it
-        info: dict[str, Any] = {
-            "won": won,
-            "score": 1.0 if won else 0.0,
-            "admissible_actions": actions,
-            "format_valid": True,
-            "action_effective": effective,
-            "task_id": self._task_id,
-            "task_type": task_type_of(self._gamefile),
-            "step": self._steps,
-            "anchor": f"{self._task_id}|{observation}",  # the raw observation, as verl-agent's GiGPO
-            "admissible_commands": actions,
-            "gamefile": self._gamefile,
-        }
-        if "extra.expert_plan" in infos:
-            info["expert_plan"] = list(infos["extra.expert_plan"][0])
-            info["expert_privileged"] = True
-        return info
 
 
 register("alfworld_real", AlfworldRealEnv, alfworld_action_parser, AlfworldPromptBuilder)

@@ -10,7 +10,6 @@ Admissibility is never checked here: the environment answers inadmissible comman
 from __future__ import annotations
 
 import asyncio
-import random
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -77,36 +76,27 @@ COMPACT_ACTION_INSTRUCTION = "Reply <action>one action</action>."
 
 
 def prompt_instruction(
-    env: str, style: str, history_length: int, require_think: bool, instruction: str | None, verl: tuple[str, str]
+    env: str,
+    style: str,
+    history_length: int,
+    require_think: bool,
+    instruction: str | None,
+    verl: tuple[str, str],
+    tool_request: str | None = None,
 ) -> str:
     """Check the prompt options every verl-style/compact builder shares and return its instruction:
-    ``instruction`` when given, else ``verl`` (think, action-only) or the compact texts."""
+    ``instruction`` when given; in the tool form (``tool_request``, e.g. "call execute with one
+    admissible action") that request; else ``verl`` (think, action-only) or the compact texts."""
     if style not in PROMPT_STYLES:
         raise ValueError(f"{env} prompt builder: style must be one of {PROMPT_STYLES}, got {style!r}")
     if history_length < 0:
         raise ValueError(f"{env} prompt builder: history_length must be >= 0, got {history_length}")
     if instruction is not None:
         return instruction
+    if tool_request is not None:
+        return f"Think inside <think></think>, then {tool_request}." if require_think else f"{tool_request.capitalize()}."
     think, action = verl if style == "verl" else (COMPACT_THINK_INSTRUCTION, COMPACT_ACTION_INSTRUCTION)
     return think if require_think else action
-
-
-def seeded_task_id(env: str, splits: dict[str, int | None], seed: int | None, options: dict[str, Any], rng: random.Random) -> str:
-    """The task a ``reset(seed=..., options={"split": ...})`` without a task id plays: task
-    ``seed mod size`` of the split (default train; unbounded splits take ``seed`` itself), a draw
-    from ``rng`` when ``seed`` is None."""
-    unknown = set(options) - {"split"}
-    if unknown:
-        raise ValueError(f"{env}.reset: unknown options {sorted(unknown)} (supported: 'split')")
-    split = options.get("split", "train")
-    if split not in splits:
-        raise ValueError(f"{env}.reset: unknown split {split!r} (known: {', '.join(splits)})")
-    if seed is None:
-        seed = rng.randrange(2**31)
-    elif seed < 0:
-        raise ValueError(f"{env}.reset: seed must be >= 0, got {seed}")
-    size = splits[split]
-    return f"{split}/{seed if size is None else seed % size}"
 
 
 class EnvPool:

@@ -11,6 +11,8 @@ bounds) unchanged; the step still counts toward ``max_steps``.
 Task ids: ``train/<n>`` for any n >= 0 (unbounded) and ``test/<n>`` for n in 0..999. The secret is
 a hash of the id, so ``reset(task_id=...)`` is deterministic; ``reset(seed=s)`` plays ``train/s``.
 
+Tool form: ``guess(number: int)``.
+
 Parser: the text inside the first ``<action>...</action>``, or else a reply that is just an integer.
 Prompts are deliberately short (a tiny model plays this in tests).
 """
@@ -18,33 +20,23 @@ Prompts are deliberately short (a tiny model plays this in tests).
 from __future__ import annotations
 
 import hashlib
-import random
 import re
 from typing import Any
 
-from streamrl.envs.base import ActionParser, Env, EnvSpec, ParsedAction, PromptBuilder, StepResult
+from streamrl.envs.base import ActionParser, Env, EnvSpec, ParsedAction, PromptBuilder, Step
 from streamrl.envs.common import tagged_text
 from streamrl.envs.registry import register
+from streamrl.envs.tools import tool
 
 LOW, HIGH = 1, 100
 TEST_TASKS = 1000
 _INTEGER = re.compile(r"[+-]?\d+")
 INVALID_FEEDBACK = f"Invalid guess. Reply with one integer from {LOW} to {HIGH}."
 REPLY_FORMAT = "Reply with <action>N</action>."
-
-
-def parse_task_id(task_id: str) -> tuple[str, int]:
-    """``"test/7"`` -> ``("test", 7)``; raises ValueError naming the problem."""
-    split, _, index = task_id.partition("/")
-    if split not in ("train", "test") or not index.isdigit():
-        raise ValueError(f"guess_number: bad task_id {task_id!r} (expected 'train/<n>' or 'test/<n>')")
-    if split == "test" and int(index) >= TEST_TASKS:
-        raise ValueError(f"guess_number: task_id {task_id!r} out of range (test has {TEST_TASKS} tasks)")
-    return split, int(index)
+TOOL_REPLY_FORMAT = "Call guess with your number."
 
 
 def secret_for(task_id: str) -> int:
-    parse_task_id(task_id)
     digest = hashlib.sha256(f"guess_number/{task_id}".encode()).digest()
     return LOW + int.from_bytes(digest[:8], "big") % (HIGH - LOW + 1)
 
@@ -53,78 +45,47 @@ class GuessNumberEnv(Env):
     def __init__(self, max_steps: int = 7, seed: int | None = None):
         if max_steps < 1:
             raise ValueError(f"guess_number: max_steps must be >= 1, got {max_steps}")
+        super().__init__(seed=seed)
         self.spec = EnvSpec(
             name="guess_number",
             max_steps=max_steps,
             splits={"train": None, "test": TEST_TASKS},
             eval_split="test",
         )
-        self._rng = random.Random(seed)
-        self._task_id: str | None = None
-        self._done = True
 
-    def reset(
-        self,
-        seed: int | None = None,
-        task_id: str | None = None,
-        options: dict[str, Any] | None = None,
-    ) -> tuple[str, dict[str, Any]]:
-        if options:
-            raise ValueError(f"guess_number.reset: unknown options {sorted(options)} (it takes none)")
-        if task_id is None:
-            if seed is not None and seed < 0:
-                raise ValueError(f"guess_number.reset: seed must be >= 0, got {seed}")
-            task_id = f"train/{seed if seed is not None else self._rng.randrange(2**31)}"
+    def start(self, task_id: str) -> str:
         self._secret = secret_for(task_id)
-        self._task_id = task_id
         self._low, self._high = LOW, HIGH
-        self._steps = 0
-        self._done = False
-        observation = f"Guess my number from {LOW} to {HIGH}. You have {self.spec.max_steps} guesses."
-        return observation, self._info(won=False, valid=True, effective=True)
+        return f"Guess my number from {LOW} to {HIGH}. You have {self.spec.max_steps} guesses."
 
-    def step(self, action: str) -> StepResult:
-        self.check_step(action, started=self._task_id is not None, done=self._done)
-        self._steps += 1
+    def act(self, action: str) -> Step:
         text = action.strip()
-        guess = int(text) if _INTEGER.fullmatch(text) else None
+        return self._guess(int(text) if _INTEGER.fullmatch(text) else None)
+
+    @tool
+    def guess(self, number: int) -> Step:
+        """Guess the secret number.
+
+        Args:
+            number: an integer from 1 to 100
+        """
+        return self._guess(number)
+
+    def describe(self) -> dict[str, Any]:
+        # what a player can know: the interval the secret lies in
+        return {"anchor": f"{self.task_id}|{self._low}-{self._high}"}
+
+    def _guess(self, guess: int | None) -> Step:
         valid = guess is not None and LOW <= guess <= HIGH
-        won = valid and guess == self._secret
         if not valid:
-            observation = INVALID_FEEDBACK
-        elif won:
-            observation = f"{guess} is correct!"
-        elif guess < self._secret:
-            observation = f"{guess} is too low."
+            return Step(INVALID_FEEDBACK, effective=False, valid=False)
+        if guess == self._secret:
+            return Step(f"{guess} is correct!", reward=1.0, done=True, won=True)
+        if guess < self._secret:
             self._low = max(self._low, guess + 1)
-        else:
-            observation = f"{guess} is too high."
-            self._high = min(self._high, guess - 1)
-        truncated = not won and self._steps >= self.spec.max_steps
-        self._done = won or truncated
-        info = self._info(won=won, valid=valid, effective=valid)
-        if won:
-            info["reason"] = "won"
-        elif truncated:
-            info["reason"] = "max_steps"
-        return StepResult(observation, 1.0 if won else 0.0, won, truncated, info)
-
-    def _info(self, *, won: bool, valid: bool, effective: bool) -> dict[str, Any]:
-        return {
-            "won": won,
-            "score": 1.0 if won else 0.0,
-            "admissible_actions": None,
-            "format_valid": valid,
-            "action_effective": effective,
-            "task_id": self._task_id,
-            "task_type": "guess_number",
-            "step": self._steps,
-            # what a player can know: the interval the secret lies in
-            "anchor": f"{self._task_id}|{self._low}-{self._high}",
-        }
-
-    def close(self) -> None:
-        self._done = True
+            return Step(f"{guess} is too low.")
+        self._high = min(self._high, guess - 1)
+        return Step(f"{guess} is too high.")
 
 
 class GuessNumberParser(ActionParser):
@@ -140,29 +101,25 @@ class GuessNumberParser(ActionParser):
 
 
 class GuessNumberPromptBuilder(PromptBuilder):
-    """Short prompts. ``history_length`` (per-step layout) keeps the last k guesses; None = all."""
+    """Short prompts. ``history_length`` (per-step layout) keeps the last k guesses; None = all.
+    ``tools``: the tool form (ask for a ``guess`` call instead of an ``<action>`` tag)."""
 
-    def __init__(self, history_length: int | None = None):
+    def __init__(self, history_length: int | None = None, tools: bool = False):
         if history_length is not None and history_length < 0:
             raise ValueError(f"history_length must be >= 0 or None, got {history_length}")
         self.history_length = history_length
+        self.reply_format = TOOL_REPLY_FORMAT if tools else REPLY_FORMAT
 
     def system_prompt(self) -> str | None:
         return None
 
     def first_message(self, observation: str, info: dict[str, Any]) -> str:
-        return f"{observation} {REPLY_FORMAT}"
+        return f"{observation} {self.reply_format}"
 
     def next_message(self, observation: str, info: dict[str, Any]) -> str:
         return observation
 
-    def step_messages(
-        self,
-        initial_observation: str,
-        history: list[tuple[str, str]],
-        observation: str,
-        info: dict[str, Any],
-    ) -> list[dict[str, str]]:
+    def step_messages(self, initial_observation, history, observation, info) -> list[dict[str, str]]:
         lines = [initial_observation]
         # the feedback to guess k is the observation of step k + 1 (the current one for the last)
         results = [obs for obs, _ in history[1:]] + [observation]
@@ -171,7 +128,7 @@ class GuessNumberPromptBuilder(PromptBuilder):
         lines += [f"Guess {history[i][1]}: {results[i]}" for i in range(start, len(history))]
         if history and not keep:
             lines.append(observation)
-        lines.append(REPLY_FORMAT)
+        lines.append(self.reply_format)
         return [{"role": "user", "content": "\n".join(lines)}]
 
 

@@ -8,6 +8,9 @@ and ``benchmarks/learning.py --quick`` train on it from a weak warm start.
 
 Task ids: ``train/<n>`` (unbounded) and ``test/<n>`` for n below ``test_tasks``; the listed objects
 and the target are a hash of the id. ``expert_action()`` answers the target (for SFT).
+
+Tool form: ``take(name)``; the answer counts only as a call (a reply without one is format-invalid
+and, the episode having one turn, lost).
 """
 
 from __future__ import annotations
@@ -15,52 +18,52 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from streamrl.envs.base import ActionParser, Env, EnvSpec, ParsedAction, PromptBuilder, StepResult
+from streamrl.envs.base import ActionParser, Env, EnvSpec, ParsedAction, PromptBuilder, Step
 from streamrl.envs.common import tagged_text
 from streamrl.envs.registry import register
+from streamrl.envs.tools import tool
 
 OBJECTS = ("apple", "mug", "knife", "book", "pen", "cup", "plate", "pan", "egg", "box")
 INSTRUCTION = "Reply <action>object</action>."
+TOOL_INSTRUCTION = "Call take with the object."
 
 
 def task(task_id: str, choices: int) -> tuple[list[str], str]:
     """The listed objects and the target of ``task_id``."""
-    split, _, index = task_id.partition("/")
-    if split not in ("train", "test") or not index.isdigit():
-        raise ValueError(f"pick_object: bad task_id {task_id!r} (expected 'train/<n>' or 'test/<n>')")
     rng = random.Random(f"pick/{task_id}")
     listed = rng.sample(OBJECTS, choices)
     return listed, rng.choice(listed)
 
 
 class PickObjectEnv(Env):
-    def __init__(self, choices: int = 3, test_tasks: int = 200):
+    def __init__(self, choices: int = 3, test_tasks: int = 200, seed: int | None = None):
         if not 2 <= choices <= len(OBJECTS):
             raise ValueError(f"pick_object: choices must be in 2..{len(OBJECTS)}, got {choices}")
         if test_tasks < 1:
             raise ValueError(f"pick_object: test_tasks must be >= 1, got {test_tasks}")
+        super().__init__(seed=seed)
         self.choices = choices
         self.spec = EnvSpec(name="pick_object", max_steps=1, splits={"train": None, "test": test_tasks}, eval_split="test")
-        self.task_id, self.target = "train/0", ""
 
-    def reset(self, seed: int | None = None, task_id: str | None = None, options: dict | None = None):
-        self.task_id = task_id or f"train/{seed or 0}"
-        listed, self.target = task(self.task_id, self.choices)
-        return f"Take the {self.target}. You see: {', '.join(listed)}.", self._info(False, step=0)
+    def start(self, task_id: str) -> str:
+        listed, self.target = task(task_id, self.choices)
+        return f"Take the {self.target}. You see: {', '.join(listed)}."
 
-    def step(self, action: str) -> StepResult:
+    def act(self, action: str) -> Step:
         won = action.strip() == self.target
-        return StepResult("Done.", float(won), True, False, {**self._info(won, step=1), "reason": "won" if won else "lost"})
+        return Step("Done.", reward=float(won), done=True, won=won)
+
+    @tool
+    def take(self, name: str) -> Step:
+        """Take one of the objects you see.
+
+        Args:
+            name: the object's name
+        """
+        return self.act(name)
 
     def expert_action(self) -> str:
         return self.target
-
-    def _info(self, won: bool, step: int) -> dict[str, Any]:
-        return {"won": won, "score": float(won), "admissible_actions": None, "format_valid": True,
-                "action_effective": True, "task_id": self.task_id, "task_type": "pick_object", "step": step}
-
-    def close(self) -> None:
-        pass
 
 
 class PickObjectParser(ActionParser):
@@ -72,18 +75,22 @@ class PickObjectParser(ActionParser):
 
 
 class PickObjectPromptBuilder(PromptBuilder):
-    """The observation and the reply format, one user message (the episode has one turn)."""
+    """The observation and the reply format, one user message (the episode has one turn).
+    ``tools``: the tool form (ask for a ``take`` call)."""
+
+    def __init__(self, tools: bool = False):
+        self.instruction = TOOL_INSTRUCTION if tools else INSTRUCTION
 
     def system_prompt(self) -> str | None:
         return None
 
     def first_message(self, observation: str, info: dict[str, Any]) -> str:
-        return f"{observation}\n{INSTRUCTION}"
+        return f"{observation}\n{self.instruction}"
 
     def next_message(self, observation: str, info: dict[str, Any]) -> str:
         return observation
 
-    def step_messages(self, initial_observation: str, history, observation: str, info: dict[str, Any]) -> list[dict[str, str]]:
+    def step_messages(self, initial_observation, history, observation, info) -> list[dict[str, str]]:
         return [{"role": "user", "content": self.first_message(observation, info)}]
 
 

@@ -1,17 +1,20 @@
 """Environments registered by name. Built-ins are imported lazily, so importing ``streamrl.envs``
 stays cheap; users add their own with ``register``, or name one as ``module:attr`` (imported on
-first use): ``attr`` is an ``EnvEntry``, or an environment class (or factory) whose attributes
-``action_parser`` and ``prompt_builder`` are its parser and prompt-builder classes (docs/environments.md)."""
+first use): ``attr`` is an ``EnvEntry``, or an environment class (or factory), whose optional
+attributes ``action_parser`` and ``prompt_builder`` are its parser and prompt-builder classes; without
+them it gets ``ReplyParser`` and ``ChatPromptBuilder`` (docs/environments.md)."""
 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from streamrl.envs.base import ActionParser, Env, PromptBuilder
+from streamrl.envs.defaults import ChatPromptBuilder, ReplyParser
 
 
 @dataclass(frozen=True)
@@ -51,15 +54,27 @@ BUILD_ERRORS = (TypeError, ValueError, ImportError, OSError, KeyError)
 def register(
     name: str,
     env: Callable[..., Env],
-    parser: Callable[..., ActionParser],
-    prompt_builder: Callable[..., PromptBuilder],
+    parser: Callable[..., ActionParser] | None = None,
+    prompt_builder: Callable[..., PromptBuilder] | None = None,
     *,
     overwrite: bool = False,
 ) -> None:
-    """Register an environment under ``name`` (its factory, action parser and prompt builder)."""
+    """Register an environment under ``name``: its factory, and its action parser and prompt builder
+    (default: the factory's ``action_parser`` / ``prompt_builder`` attributes, else the defaults)."""
     if name in _REGISTRY and not overwrite:
         raise ValueError(f"environment {name!r} is already registered (pass overwrite=True)")
-    _REGISTRY[name] = EnvEntry(env, parser, prompt_builder)
+    _REGISTRY[name] = _entry(env, parser, prompt_builder)
+
+
+def _entry(env: Callable[..., Env], parser: Any = None, prompt_builder: Any = None) -> EnvEntry:
+    parser = parser or getattr(env, "action_parser", None) or ReplyParser
+    if prompt_builder is None:
+        prompt_builder = getattr(env, "prompt_builder", None)
+    if prompt_builder is None:
+        spec = getattr(env, "spec", None)  # a class-level spec gives the default builder its instructions
+        instructions = getattr(spec, "instructions", None)
+        prompt_builder = functools.partial(ChatPromptBuilder, instructions=instructions) if instructions else ChatPromptBuilder
+    return EnvEntry(env, parser, prompt_builder)
 
 
 def get_entry(name: str) -> EnvEntry:
@@ -84,13 +99,9 @@ def _load_reference(name: str) -> EnvEntry:
         raise UnknownEnvironmentError(f"cannot load environment {name!r}: {error}") from None
     if isinstance(target, EnvEntry):
         return target
-    missing = [role for role in ("action_parser", "prompt_builder") if not hasattr(target, role)]
-    if missing:
-        raise UnknownEnvironmentError(
-            f"environment {name!r} has no {' or '.join(missing)} attribute (a module:Class environment names "
-            "its parser and prompt-builder classes in them; or point at an EnvEntry)"
-        )
-    return EnvEntry(target, target.action_parser, target.prompt_builder)
+    if not callable(target):
+        raise UnknownEnvironmentError(f"environment {name!r} is a {type(target).__name__}, not an environment class")
+    return _entry(target)
 
 
 def option_problem(factory: Callable[..., Any], options: dict[str, Any]) -> str | None:

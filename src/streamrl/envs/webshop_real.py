@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from streamrl.envs.base import Env, EnvSpec, StepResult
+from streamrl.envs.base import Env, EnvSpec, Step
+from streamrl.envs.webshop_lite.env import WebshopLiteEnv, parse_action
 from streamrl.envs.webshop_lite.prompts import WebshopPromptBuilder, webshop_action_parser
 from streamrl.envs.webshop_lite.text import admissible, resolve_result_number
 
@@ -66,67 +67,43 @@ class WebshopRealEnv(Env):
                     f"webshop_real: the WebShop checkout has no usable data ({error}); run its setup.sh"
                 ) from error
         self._env = _text_env
+        super().__init__(seed=seed)
         self.spec = EnvSpec(name="webshop_real", max_steps=max_steps, action_format="command", reward_range=(0.0, 1.0),
-                            has_admissible_actions=True, splits=dict(SIZES), eval_split="test")
-        self._task_id: str | None = None
-        self._done = True
+                            splits=dict(SIZES), eval_split="test")
 
-    def reset(self, seed: int | None = None, task_id: str | None = None,
-              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        if task_id is None:
-            task_id = f"{(options or {}).get('split', 'train')}/{seed or 0}"
-        split, _, index = task_id.partition("/")
-        if split not in OFFSETS or not index.isdigit():
-            raise ValueError(f"webshop_real: bad task_id {task_id!r} (expected test/<n>, eval/<n> or train/<n>)")
-        if SIZES[split] is not None and int(index) >= SIZES[split]:
-            raise ValueError(f"webshop_real: task_id {task_id!r} out of range ({split} has {SIZES[split]} goals)")
-        observation, _ = self._env.reset(session=OFFSETS[split] + int(index))
-        self._task_id, self._steps, self._done = task_id, 0, False
-        self._observation = observation
-        return observation, self._info(0.0, effective=True, valid=True)
+    def start(self, task_id: str) -> str:
+        split, index = self.check_task_id(task_id)
+        self._observation, _ = self._env.reset(session=OFFSETS[split] + index)
+        self._finished = False
+        return self._observation
 
-    def step(self, action: str) -> StepResult:
-        self.check_step(action, started=self._task_id is not None, done=self._done)
-        self._steps += 1
+    def act(self, action: str) -> Step:
         before = self._observation
         action = resolve_result_number(action, self.admissible_actions)
         observation, reward, done, _ = self._env.step(action)
-        self._observation = observation
-        reward = float(reward or 0.0)
-        from streamrl.envs.webshop_lite.env import parse_action
-
+        self._observation, self._finished = observation, bool(done)
+        reward = float(reward or 0.0) if done else 0.0
         name, arg = parse_action(action)
-        valid = name in ("search", "click") and bool(arg)
-        effective = done or observation != before
-        truncated = not done and self._steps >= self.spec.max_steps
-        self._done = bool(done) or truncated
-        info = self._info(reward if done else 0.0, effective=effective, valid=valid, done=bool(done))
-        if done:
-            info["reason"] = "won" if reward == 1.0 else "purchased"
-        elif truncated:
-            info["reason"] = "max_steps"
-        return StepResult(observation, reward if done else 0.0, bool(done), truncated, info)
+        won = bool(done) and reward == 1.0
+        return Step(observation, reward=reward, done=bool(done), won=won, score=100.0 * reward,
+                    effective=bool(done) or observation != before, valid=name in ("search", "click") and bool(arg),
+                    reason=("won" if won else "purchased") if done else None)
+
+    search = WebshopLiteEnv.search  # the same tool form: search(query), click(target)
+    click = WebshopLiteEnv.click
+    tool_call_for = WebshopLiteEnv.tool_call_for
 
     def admissible_actions(self) -> list[str] | None:
+        if self._finished:
+            return []
         available = self._env.get_available_actions()
         return admissible(bool(available["has_search_bar"]), list(available["clickables"]))
 
-    def close(self) -> None:
-        self._done = True
-
-    def _info(self, reward: float, *, effective: bool, valid: bool, done: bool = False) -> dict[str, Any]:
-        available = {"has_search_bar": False, "clickables": []} if done else self._env.get_available_actions()
+    def describe(self) -> dict[str, Any]:
+        done = self._finished
         return {
-            "won": done and reward == 1.0,
-            "score": 100.0 * reward,
-            "admissible_actions": [] if done else admissible(bool(available["has_search_bar"]), list(available["clickables"])),
-            "format_valid": valid,
-            "action_effective": effective,
-            "task_id": self._task_id,
             "task_type": "webshop",
-            "step": self._steps,
-            "anchor": f"{self._task_id}|{self._observation}",
-            "available_actions": available,
+            "anchor": f"{self.task_id}|{self._observation}",
+            "available_actions": {"has_search_bar": False, "clickables": []} if done else self._env.get_available_actions(),
             "instruction": getattr(self._env, "instruction_text", ""),
         }
-

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,8 +19,8 @@ from streamrl.envs.alfworld_lite.rules import (
 )
 from streamrl.envs.alfworld_lite.task import Task
 from streamrl.envs.alfworld_lite.world import World
-from streamrl.envs.base import Env, EnvSpec, StepResult
-from streamrl.envs.common import seeded_task_id
+from streamrl.envs.base import Env, EnvSpec, Step
+from streamrl.envs.tools import tool
 
 
 class AlfworldLiteEnv(Env):
@@ -36,6 +35,10 @@ class AlfworldLiteEnv(Env):
 
     Task ids are ``train/<n>``, ``seen/<n>`` (n < 140) and ``unseen/<n>`` (n < 134). An eval id
     means the same task under any options; a train id means the same task under the same knobs.
+
+    Tool form: one ``execute(command)`` tool taking any command of the text form. One tool rather
+    than one per verb: the agent reads the admissible commands as text each turn and copies one, as
+    in the text form, and thirteen verb schemas would cost several hundred prompt tokens a turn.
     """
 
     def __init__(
@@ -64,65 +67,59 @@ class AlfworldLiteEnv(Env):
         self.config = GeneratorConfig(hidden_prob, tuple(distractors), max_receptacles, types)
         self.grammar = grammar
         self.include_expert_plan = expert_plan
+        super().__init__(seed=seed)
         self.spec = EnvSpec(
             name="alfworld_lite",
             max_steps=max_steps,
             action_format="command",
             reward_range=(0.0, 1.0),
-            has_admissible_actions=True,
             splits=dict(SPLITS),
             eval_split="unseen",
         )
-        self._rng = random.Random(seed)
         self._episode: Episode | None = None
-        self._done = True
 
-    # -- the Env contract ------------------------------------------------------------------------
+    # -- the Env hooks ---------------------------------------------------------------------------
 
-    def reset(
-        self,
-        seed: int | None = None,
-        task_id: str | None = None,
-        options: dict[str, Any] | None = None,
-    ) -> tuple[str, dict[str, Any]]:
-        """Start ``task_id``; else ``seed`` picks a task of ``options["split"]`` (default train)."""
-        if task_id is None:
-            task_id = seeded_task_id("alfworld_lite", SPLITS, seed, options or {}, self._rng)
-        elif options:
-            raise ValueError(f"alfworld_lite.reset: options {sorted(options)} are not used with a task_id")
+    def start(self, task_id: str) -> str:
         self._episode = generate(task_id, self.config, eval_config=self.eval_difficulty == "options")
         self._world = self._episode.world.copy()
-        self._steps = 0
-        self._done = False
         self._refresh_admissible()
-        observation = text.initial_observation(self._world, self.task.goal)
-        return observation, self._info(won=False, effective=True)
+        return text.initial_observation(self._world, self.task.goal)
 
-    def step(self, action: str) -> StepResult:
-        self.check_step(action, started=self._episode is not None, done=self._done)
-        self._steps += 1
+    def act(self, action: str) -> Step:
         command = parse_command(action)
-        effective = command is not None and command in self._admissible
-        if effective:
-            observation = apply_command(self._world, command, self.grammar)
-            self._refresh_admissible()
-        else:
-            observation = text.NOTHING_HAPPENS
-        won = effective and self.task.satisfied(self._world)
-        truncated = not won and self._steps >= self.spec.max_steps
-        self._done = won or truncated
-        info = self._info(won=won, effective=effective)
-        if won:
-            info["reason"] = "won"
-        elif truncated:
-            info["reason"] = "max_steps"
-        return StepResult(observation, 1.0 if won else 0.0, won, truncated, info)
+        if command is None or command not in self._admissible:
+            return Step(text.NOTHING_HAPPENS, effective=False)
+        observation = apply_command(self._world, command, self.grammar)
+        self._refresh_admissible()
+        won = self.task.satisfied(self._world)
+        return Step(observation, reward=1.0 if won else 0.0, done=won, won=won)
+
+    @tool
+    def execute(self, command: str) -> Step:
+        """Carry out one admissible command in the room.
+
+        Args:
+            command: one admissible command, e.g. "go to desk 1" or "take mug 1 from desk 1"
+        """
+        return self.act(command)
 
     def admissible_actions(self) -> list[str] | None:
         return list(self._admissible_text) if self._episode is not None else None
 
-    def close(self) -> None:
-        self._done = True
+    def describe(self) -> dict[str, Any]:
+        episode = self._episode
+        info: dict[str, Any] = {
+            "task_type": self.task.type.name,
+            "anchor": f"{episode.task_id}|{self._world.digest()}",
+            "admissible_commands": self.admissible_actions(),  # ALFWorld's name for the list
+            "gamefile": episode.gamefile,
+            "goal": self.task.goal,
+        }
+        if self.include_expert_plan:
+            info["expert_plan"] = self.expert_plan()
+            info["expert_privileged"] = True
+        return info
 
     # -- extras ----------------------------------------------------------------------------------
 
@@ -171,25 +168,3 @@ class AlfworldLiteEnv(Env):
         commands = admissible_commands(self._world, self.grammar)
         self._admissible: set[Command] = set(commands)
         self._admissible_text = sorted(render_command(command, self.grammar) for command in commands)
-
-    def _info(self, *, won: bool, effective: bool) -> dict[str, Any]:
-        episode = self._episode
-        actions = list(self._admissible_text)  # a copy: callers may edit it
-        info: dict[str, Any] = {
-            "won": won,
-            "score": 1.0 if won else 0.0,
-            "admissible_actions": actions,
-            "format_valid": True,
-            "action_effective": effective,
-            "task_id": episode.task_id,
-            "task_type": self.task.type.name,
-            "step": self._steps,
-            "anchor": f"{episode.task_id}|{self._world.digest()}",
-            "admissible_commands": actions,  # ALFWorld's name for the same list
-            "gamefile": episode.gamefile,
-            "goal": self.task.goal,
-        }
-        if self.include_expert_plan:
-            info["expert_plan"] = self.expert_plan()
-            info["expert_privileged"] = True
-        return info

@@ -12,6 +12,7 @@ Two styles:
   the last steps as a ``> action`` / result transcript, and the admissible actions with the
   ``go to`` targets grouped on one line.
 
+``tools=True`` (the tool form) asks for an ``execute`` call instead of an ``<action>`` tag.
 ``require_think=False`` drops the reasoning request from the instruction (pair it with
 ``alfworld_action_parser(require_think=False)``); ``instruction`` replaces the instruction text.
 ``admissible="first"`` (compact full-history transcripts) lists the admissible actions only in
@@ -78,11 +79,13 @@ class AlfworldPromptBuilder(PromptBuilder):
         instruction: str | None = None,
         admissible: str = "every",
         visited: bool = False,
+        tools: bool = False,
     ):
         if admissible not in ("every", "first"):
             raise ValueError(f"alfworld prompt builder: admissible must be 'every' or 'first', got {admissible!r}")
         self.instruction = prompt_instruction(
-            "alfworld", style, history_length, require_think, instruction, (THINK_INSTRUCTION, ACTION_INSTRUCTION)
+            "alfworld", style, history_length, require_think, instruction, (THINK_INSTRUCTION, ACTION_INSTRUCTION),
+            "call execute with one admissible command" if tools else None,
         )
         self.style = style
         self.admissible = admissible

@@ -8,7 +8,10 @@ The action is the model's whole turn (``action_format="code"``):
 * neither -> a format hint, ``format_valid=False``; the episode goes on.
 
 A code turn beyond ``max_tool_calls`` ends the episode ``truncated`` (reward 0), as does reaching
-``max_turns`` without an answer. Code runs stateless by default (a fresh interpreter per call);
+``max_turns`` without an answer.
+
+Tool form: a ``python(code)`` tool (its output comes back plain, in the template's tool message) and,
+as in Qwen's tool-integrated reasoning, a turn without a call is the final answer. Code runs stateless by default (a fresh interpreter per call);
 ``session=True`` keeps one persistent interpreter per episode, closed on ``reset``/``close``.
 
 Task ids: ``train/<seed>`` (unbounded, seeded), ``test/<i>`` (the fixed 1,500; ``ood`` lists its
@@ -17,17 +20,24 @@ held-out-template slice). With ``data_path`` the file's rows are ``<data_split>/
 
 from __future__ import annotations
 
-import random
+from collections.abc import Callable
 from typing import Any
 
-from streamrl.envs.base import Env, EnvSpec, StepResult
+from streamrl.envs.base import Env, EnvSpec, Step
 from streamrl.envs.math_tir import problems
 from streamrl.envs.math_tir.data import load_rows
-from streamrl.envs.math_tir.formatting import RESULT_FORMATS, ResultFormat, format_tool_result
+from streamrl.envs.math_tir.formatting import (
+    RESULT_FORMATS,
+    ResultFormat,
+    describe_execution,
+    format_tool_result,
+    truncate_middle,
+)
 from streamrl.envs.math_tir.grading import grade
 from streamrl.envs.math_tir.mathverify import MathVerifyChecker, shared_checker
 from streamrl.envs.math_tir.prompts import FORMAT_HINT, PromptStyle, tool_instructions
 from streamrl.envs.math_tir.tools import BadToolCall, last_tool_call
+from streamrl.envs.tools import tool
 from streamrl.sandbox import PythonSession, SandboxResult, resolve_isolation, run_python
 
 TOOL_LIMIT_MESSAGE = "Reached the limit of {n} code executions; no more code can run."
@@ -93,19 +103,17 @@ class MathTIREnv(Env):
             splits = {data_split: len(self._rows)}
         else:
             splits = {"train": None, "test": problems.TEST_SIZE, "ood": len(problems.ood_indices())}
+        super().__init__(seed=seed)
         self.spec = EnvSpec(
             name="math_tir",
             max_steps=_positive_int("max_turns", max_turns),
             action_format="code",
             reward_range=(0.0, 1.0),
-            has_admissible_actions=False,
             splits=splits,
             eval_split=data_split if self._rows is not None else "test",
         )
-        self._rng = random.Random(seed)
         self._sandbox_session: PythonSession | None = None
         self._task: dict[str, Any] | None = None
-        self._done = True
 
     @staticmethod
     def _make_checker(math_verify: bool | None) -> MathVerifyChecker | None:
@@ -126,15 +134,8 @@ class MathTIREnv(Env):
         return super().task_ids(split, limit)
 
     def _load_task(self, task_id: str) -> dict[str, Any]:
-        split, _, index_text = task_id.partition("/")
-        if not index_text.isdigit():
-            raise ValueError(
-                f"math_tir: bad task_id {task_id!r} (expected '<split>/<n>', splits: {', '.join(self.spec.splits)})"
-            )
-        index = int(index_text)
+        split, index = self.check_task_id(task_id)
         if self._rows is not None:
-            if split != self._data_split or index >= len(self._rows):
-                raise ValueError(f"math_tir: task_id {task_id!r} is not in {self._data_split}/0..{len(self._rows) - 1}")
             row = self._rows[index]
             return {
                 "question": row.question,
@@ -143,14 +144,7 @@ class MathTIREnv(Env):
                 "template": None,
                 "held_out": False,
             }
-        if split == "train":
-            problem = problems.train_problem(index, self.knobs)
-        elif split == "test" and index < problems.TEST_SIZE:
-            problem = problems.eval_set()[index]
-        else:
-            raise ValueError(
-                f"math_tir: bad task_id {task_id!r} (expected 'train/<seed>' or 'test/<0..{problems.TEST_SIZE - 1}>')"
-            )
+        problem = problems.train_problem(index, self.knobs) if split == "train" else problems.eval_set()[index]
         return {
             "question": problem.question,
             "answer": problem.answer,
@@ -159,70 +153,82 @@ class MathTIREnv(Env):
             "held_out": problem.held_out,
         }
 
+    def check_task_id(self, task_id: str) -> tuple[str, int]:
+        split, index = super().check_task_id(task_id)
+        if split == "ood":  # a slice of the test set: its tasks are named test/<i>
+            raise ValueError(f"math_tir: bad task_id {task_id!r} (the ood tasks are named test/<i>)")
+        return split, index
+
     # ------------------------------------------------------------------ episode
-    def reset(
-        self,
-        seed: int | None = None,
-        task_id: str | None = None,
-        options: dict[str, Any] | None = None,
-    ) -> tuple[str, dict[str, Any]]:
-        if options:
-            raise ValueError(f"math_tir.reset: unknown options {sorted(options)} (it takes none)")
+    def start(self, task_id: str) -> str:
         self._close_sandbox_session()
-        if task_id is None:
-            if self._rows is not None:
-                index = (seed if seed is not None else self._rng.randrange(2**31)) % len(self._rows)
-                task_id = f"{self._data_split}/{index}"
-            else:
-                if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-                    raise ValueError(f"math_tir.reset: seed must be a non-negative int, got {seed!r}")
-                task_id = f"train/{seed if seed is not None else self._rng.randrange(2**31)}"
         self._task = self._load_task(task_id)
-        self._task_id = task_id
-        self._steps = self._n_tool_calls = self._tool_errors = self._timeouts = 0
+        self._n_tool_calls = self._tool_errors = self._timeouts = 0
         self._pred: str | None = None
         self._correct: bool | None = None
-        self._done = False
-        observation = f"{self._task['question']}\n\n{self._instructions}"
-        return observation, self._info(format_valid=True, effective=True, tool_status=None)
+        self._tool_status: str | None = None
+        return f"{self._task['question']}\n\n{self._instructions}"
 
-    def step(self, action: str) -> StepResult:
-        self.check_step(action, started=self._task is not None, done=self._done)
-        self._steps += 1
+    def act(self, action: str) -> Step:
         call = last_tool_call(action)
-        reward, terminated, truncated, reason = 0.0, False, False, None
-        format_valid = effective = True
-        tool_status = None
         if isinstance(call, BadToolCall):
-            observation = f"Your tool call could not be read: {call.reason}. {FORMAT_HINT}"
-            format_valid = effective = False
-        elif call is not None and self._n_tool_calls >= self.max_tool_calls:
-            observation = TOOL_LIMIT_MESSAGE.format(n=self.max_tool_calls)
-            truncated, reason, effective = True, "max_tool_calls", False
-        elif call is not None:
-            result = self._execute(call.code)
-            self._n_tool_calls += 1
-            self._tool_errors += result.status in _FAILED
-            self._timeouts += result.status == "timeout"
-            tool_status = result.status
-            observation = format_tool_result(result, self.result_format)
-        else:
-            outcome = grade(action, self._task["answer"], strict=self.strict, checker=self._checker)
-            if outcome.pred is None:
-                observation, format_valid, effective = FORMAT_HINT, False, False
-            else:
-                self._pred, self._correct = outcome.pred, outcome.correct
-                reward, terminated, reason = float(outcome.correct), True, "answered"
-                observation = f"Final answer received: {outcome.pred}"
-        if not (terminated or truncated) and self._steps >= self.spec.max_steps:
-            truncated, reason = True, "max_turns"
-        self._done = terminated or truncated
-        if self._done:
+            return Step(f"Your tool call could not be read: {call.reason}. {FORMAT_HINT}", effective=False, valid=False)
+        if call is not None:
+            return self._run(call.code, lambda result: format_tool_result(result, self.result_format))
+        return self._answer(action)
+
+    @tool
+    def python(self, code: str) -> Step:
+        """Run Python code in a sandbox and return what it prints (a final bare expression is echoed too).
+
+        Args:
+            code: the Python source to run
+        """
+        return self._run(code, lambda result: truncate_middle(describe_execution(result)))
+
+    def reply(self, text: str) -> Step:
+        """Tool form: a turn without a call is the final answer."""
+        return self._answer(text)
+
+    def describe(self) -> dict[str, Any]:
+        assert self._task is not None
+        return {
+            "task_type": self._task["family"],
+            "n_tool_calls": self._n_tool_calls,
+            "tool_errors": self._tool_errors,
+            "timeouts": self._timeouts,
+            "tool_status": self._tool_status,
+            "pred": self._pred,
+            "gt": self._task["answer"],
+            "correct": self._correct,
+            "question": self._task["question"],
+            "template": self._task["template"],
+            "held_out": self._task["held_out"],
+        }
+
+    def _run(self, code: str, shown: Callable[[SandboxResult], str]) -> Step:
+        """Run ``code`` unless the tool budget is spent; the result as the model reads it."""
+        self._tool_status = None
+        if self._n_tool_calls >= self.max_tool_calls:
             self._close_sandbox_session()
-        info = self._info(format_valid=format_valid, effective=effective, tool_status=tool_status)
-        if reason is not None:
-            info["reason"] = reason
-        return StepResult(observation, reward, terminated, truncated, info)
+            return Step(TOOL_LIMIT_MESSAGE.format(n=self.max_tool_calls), truncated=True, effective=False,
+                        reason="max_tool_calls")
+        result = self._execute(code)
+        self._n_tool_calls += 1
+        self._tool_errors += result.status in _FAILED
+        self._timeouts += result.status == "timeout"
+        self._tool_status = result.status
+        return Step(shown(result))
+
+    def _answer(self, text: str) -> Step:
+        self._tool_status = None
+        outcome = grade(text, self._task["answer"], strict=self.strict, checker=self._checker)
+        if outcome.pred is None:
+            return Step(FORMAT_HINT, effective=False, valid=False)
+        self._pred, self._correct = outcome.pred, outcome.correct
+        self._close_sandbox_session()
+        return Step(f"Final answer received: {outcome.pred}", reward=float(outcome.correct), done=True,
+                    won=outcome.correct, reason="answered")
 
     def _execute(self, code: str) -> SandboxResult:
         """Run ``code``; a sandbox failure becomes a ``crashed`` result, never an exception."""
@@ -237,30 +243,6 @@ class MathTIREnv(Env):
         except Exception as exc:  # the tool must never take the caller down
             return SandboxResult("crashed", "", repr(exc), None, 0.0, self.isolation, error=f"sandbox failure: {exc}")
 
-    def _info(self, *, format_valid: bool, effective: bool, tool_status: str | None) -> dict[str, Any]:
-        assert self._task is not None
-        correct = bool(self._correct)
-        return {
-            "won": correct,
-            "score": 1.0 if correct else 0.0,
-            "admissible_actions": None,
-            "format_valid": format_valid,
-            "action_effective": effective,
-            "task_id": self._task_id,
-            "task_type": self._task["family"],
-            "step": self._steps,
-            "n_tool_calls": self._n_tool_calls,
-            "tool_errors": self._tool_errors,
-            "timeouts": self._timeouts,
-            "tool_status": tool_status,
-            "pred": self._pred,
-            "gt": self._task["answer"],
-            "correct": self._correct,
-            "question": self._task["question"],
-            "template": self._task["template"],
-            "held_out": self._task["held_out"],
-        }
-
     def _close_sandbox_session(self) -> None:
         if self._sandbox_session is not None:
             self._sandbox_session.close()
@@ -268,4 +250,4 @@ class MathTIREnv(Env):
 
     def close(self) -> None:
         self._close_sandbox_session()
-        self._done = True
+        super().close()

@@ -20,11 +20,16 @@ EMPTY_TURN = "(empty reply)"
 _RESULT_TAGS = {"interpreter": "<interpreter></interpreter> tags", "output": "a ```output block"}
 
 
-def tool_instructions(*, session: bool, max_tool_calls: int, result_format: ResultFormat, style: PromptStyle) -> str:
-    """How to use the Python tool and how to answer, for a system prompt or an observation."""
+def tool_instructions(
+    *, session: bool, max_tool_calls: int, result_format: ResultFormat, style: PromptStyle, tools: bool = False
+) -> str:
+    """How to use the Python tool and how to answer, for a system prompt or an observation.
+    ``tools``: the tool form (a ``python`` tool call instead of a code block)."""
     if result_format not in RESULT_FORMATS:
         raise ValueError(f"unknown math_tir result_format {result_format!r}; choose one of {RESULT_FORMATS}")
     if style == "compact":
+        if tools:
+            return "Call the python tool for calculations and read its output. Finish, without a call, with \\boxed{answer}."
         return "Use ```python code``` blocks for calculations and read their output. Finish with \\boxed{answer}."
     if style != "full":
         raise ValueError(f"unknown math_tir prompt style {style!r}; choose 'full' or 'compact'")
@@ -33,13 +38,23 @@ def tool_instructions(*, session: bool, max_tool_calls: int, result_format: Resu
         if session
         else "Each block runs in a fresh interpreter, so define every variable you use in the same block."
     )
-    return (
-        "Solve the problem step by step. For any calculation, write Python code in a fenced block:\n"
-        "```python\nprint(...)\n```\n"
-        f"The code runs in a sandbox and its output comes back in {_RESULT_TAGS[result_format]}. {state} "
-        "Only the last code block of a message runs; print() what you need (a final bare expression is "
-        f"echoed too). You can run code at most {max_tool_calls} times.\n"
-        "When you know the answer, reply without code and end with: Answer: \\boxed{...}\n"
+    if tools:
+        how = (
+            "Solve the problem step by step. For any calculation, call the python tool with your code: it runs "
+            f"in a sandbox and returns what it prints. {state.replace('block', 'call')} print() what you need (a "
+            f"final bare expression is echoed too). You can run code at most {max_tool_calls} times.\n"
+            "When you know the answer, reply without a tool call and end with: Answer: \\boxed{...}\n"
+        )
+    else:
+        how = (
+            "Solve the problem step by step. For any calculation, write Python code in a fenced block:\n"
+            "```python\nprint(...)\n```\n"
+            f"The code runs in a sandbox and its output comes back in {_RESULT_TAGS[result_format]}. {state} "
+            "Only the last code block of a message runs; print() what you need (a final bare expression is "
+            f"echoed too). You can run code at most {max_tool_calls} times.\n"
+            "When you know the answer, reply without code and end with: Answer: \\boxed{...}\n"
+        )
+    return how + (
         "Give the answer exactly as the question asks: round as stated, leave out units and "
         "currency signs, and write an ordered triple as (x, y, z)."
     )
@@ -71,11 +86,12 @@ class MathPromptBuilder(PromptBuilder):
         max_tool_calls: int = 4,
         result_format: ResultFormat = "interpreter",
         history_length: int | None = None,
+        tools: bool = False,
     ):
         if history_length is not None and (not isinstance(history_length, int) or history_length < 0):
             raise ValueError(f"math_tir history_length must be a non-negative int or None, got {history_length!r}")
         self._system = tool_instructions(
-            session=session, max_tool_calls=max_tool_calls, result_format=result_format, style=style
+            session=session, max_tool_calls=max_tool_calls, result_format=result_format, style=style, tools=tools
         )
         self.history_length = history_length
 
@@ -88,13 +104,7 @@ class MathPromptBuilder(PromptBuilder):
     def next_message(self, observation: str, info: dict[str, Any]) -> str:
         return observation
 
-    def step_messages(
-        self,
-        initial_observation: str,
-        history: list[tuple[str, str]],
-        observation: str,
-        info: dict[str, Any],
-    ) -> list[dict[str, str]]:
+    def step_messages(self, initial_observation, history, observation, info) -> list[dict[str, str]]:
         first = max(0, len(history) - self.history_length) if self.history_length is not None else 0
         problem = self.first_message(initial_observation, info)
         if first:

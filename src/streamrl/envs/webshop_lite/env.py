@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import random
 import re
 from collections.abc import Callable
 from typing import Any
 
-from streamrl.envs.base import Env, EnvSpec, StepResult
-from streamrl.envs.common import seeded_task_id
+from streamrl.envs.base import Env, EnvSpec, Step
+from streamrl.envs.tools import tool
 from streamrl.envs.webshop_lite import text
 from streamrl.envs.webshop_lite.catalog import DEFAULT_SEED, Catalog, build_catalog
 from streamrl.envs.webshop_lite.expert import Shopper
@@ -37,11 +36,14 @@ class WebshopLiteEnv(Env):
     Options: ``max_steps`` (15), ``catalog_seed`` (0: the catalogue and the goal splits), ``seed``
     (for a ``reset()`` without a seed or task id). On a results page ``click[k]`` also clicks the
     k-th result shown (``text.resolve_result_number``), for prompts that number the results.
+
+    Tool form: ``search(query)`` and ``click(target)``, WebShop's own two actions.
     """
 
     def __init__(self, max_steps: int = MAX_STEPS, catalog_seed: int = DEFAULT_SEED, seed: int | None = None):
         if max_steps < 1:
             raise ValueError(f"webshop_lite: max_steps must be >= 1, got {max_steps}")
+        super().__init__(seed=seed)
         self.catalog: Catalog = build_catalog(catalog_seed)
         self.goals = build_goals(catalog_seed)
         self.engine = search_engine(catalog_seed)
@@ -50,32 +52,17 @@ class WebshopLiteEnv(Env):
             max_steps=max_steps,
             action_format="command",
             reward_range=(0.0, 1.0),
-            has_admissible_actions=True,
             splits=self.goals.sizes(),
             eval_split="test",
             # WebShop lowercases an action's argument: click[b0gs9l4nts] buys B0GS9L4NTS
             entity_tokens=tuple(sorted(asin.lower() for asin in self.catalog.by_asin)),
         )
-        self._rng = random.Random(seed)
         self._goal: dict[str, Any] | None = None
-        self._done = True
 
-    # -- the Env contract ------------------------------------------------------------------------
+    # -- the Env hooks ---------------------------------------------------------------------------
 
-    def reset(
-        self,
-        seed: int | None = None,
-        task_id: str | None = None,
-        options: dict[str, Any] | None = None,
-    ) -> tuple[str, dict[str, Any]]:
-        if task_id is None:
-            task_id = seeded_task_id("webshop_lite", self.spec.splits, seed, options or {}, self._rng)
-        elif options:
-            raise ValueError(f"webshop_lite.reset: options {sorted(options)} are not used with a task_id")
+    def start(self, task_id: str) -> str:
         self._goal = self.goal_of(task_id)
-        self._task_id = task_id
-        self._steps = 0
-        self._done = False
         self._page = "search"
         self._keywords = ""
         self._results: list[str] = []
@@ -84,44 +71,62 @@ class WebshopLiteEnv(Env):
         self._sub: str | None = None
         self._options: dict[str, str] = {}
         self._render()
-        return self._observation, self._info(effective=True, valid=True)
+        return self._observation
 
-    def step(self, action: str) -> StepResult:
-        self.check_step(action, started=self._goal is not None, done=self._done)
-        self._steps += 1
+    def act(self, action: str) -> Step:
         name, arg = parse_action(text.resolve_result_number(action, self.admissible_actions))
         valid = name in ("search", "click") and arg is not None and arg != ""
-        effective, reward, bought = False, 0.0, None
         if valid and name == "search":
             self._search(arg)
-            effective = True
         elif valid and arg in self._clickables and arg != "search":
-            effective = True
             if arg == "buy now":
                 reward, bought = self._buy()
-            else:
-                self._click(arg)
-        if bought is None and effective:
-            self._render()
-        won = bought is not None and reward == 1.0
-        terminated = bought is not None
-        truncated = not terminated and self._steps >= self.spec.max_steps
-        self._done = terminated or truncated
-        info = self._info(effective=effective, valid=valid, reward=reward)
-        if bought is not None:
-            info.update(bought)
-            info["reason"] = "won" if won else "purchased"
-        elif truncated:
-            info["reason"] = "max_steps"
-        if not effective:
-            info["invalid_action"] = True
-        return StepResult(self._observation, float(reward), terminated, truncated, info)
+                won = reward == 1.0
+                return Step(self._observation, reward=reward, done=True, won=won, score=100.0 * reward,
+                            reason="won" if won else "purchased", info=bought)
+            self._click(arg)
+        else:
+            return Step(self._observation, effective=False, valid=valid, info={"invalid_action": True})
+        self._render()
+        return Step(self._observation)
+
+    @tool
+    def search(self, query: str) -> Step:
+        """Search the shop (only on a page with a search bar).
+
+        Args:
+            query: the words to search for
+        """
+        return self.act(f"search[{query}]")
+
+    @tool
+    def click(self, target: str) -> Step:
+        """Click a button or link of the page: a result (its number or code), an option, "buy now", "< prev", ...
+
+        Args:
+            target: the text of what to click, as the page shows it
+        """
+        return self.act(f"click[{target}]")
+
+    def tool_call_for(self, action: str) -> tuple[str, dict[str, Any]] | None:
+        name, arg = parse_action(action)
+        return (name, {"query": arg}) if name == "search" else ("click", {"target": arg})
 
     def admissible_actions(self) -> list[str] | None:
-        return text.admissible(self._has_search_bar, self._clickables) if self._goal is not None else None
+        if self._goal is None:
+            return None
+        return text.admissible(self._has_search_bar, self._clickables) if self._page != "done" else []
 
-    def close(self) -> None:
-        self._done = True
+    def describe(self) -> dict[str, Any]:
+        goal = self.goal
+        anchor_options = ",".join(f"{k}={v}" for k, v in sorted(self._options.items()))
+        return {
+            "task_type": goal["category"],
+            "anchor": f"{self.task_id}|{self._page}|{self._keywords}|{self._page_no}|{self._asin}|{self._sub}|{anchor_options}",
+            "available_actions": {"has_search_bar": self._has_search_bar, "clickables": list(self._clickables)},
+            "instruction": goal["instruction_text"],
+            "page": self._page,
+        }
 
     # -- extras ----------------------------------------------------------------------------------
 
@@ -233,22 +238,3 @@ class WebshopLiteEnv(Env):
         else:
             self._observation, self._clickables = text.sub_page(instruction, self.catalog.by_asin[self._asin], self._sub)
         self._has_search_bar = self._page == "search"
-
-    def _info(self, *, effective: bool, valid: bool, reward: float = 0.0) -> dict[str, Any]:
-        goal = self.goal
-        won = self._page == "done" and reward == 1.0
-        anchor_options = ",".join(f"{k}={v}" for k, v in sorted(self._options.items()))
-        return {
-            "won": won,
-            "score": 100.0 * reward,
-            "admissible_actions": self.admissible_actions() if self._page != "done" else [],
-            "format_valid": valid,
-            "action_effective": effective,
-            "task_id": self._task_id,
-            "task_type": goal["category"],
-            "step": self._steps,
-            "anchor": f"{self._task_id}|{self._page}|{self._keywords}|{self._page_no}|{self._asin}|{self._sub}|{anchor_options}",
-            "available_actions": {"has_search_bar": self._has_search_bar, "clickables": list(self._clickables)},
-            "instruction": goal["instruction_text"],
-            "page": self._page,
-        }

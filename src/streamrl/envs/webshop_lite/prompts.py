@@ -15,6 +15,8 @@
   result): choosing a result is then choosing among ten short, frequent tokens, not copying a
   10-character code, which a small model trained from scratch does not learn (docs/webshop.md).
 
+``tools=True`` (the tool form) asks for a ``search`` or ``click`` call instead of an ``<action>`` tag.
+
 The parser is verl-agent's ``<think>``/``<action>`` projection with WebShop's 20-character fallback.
 """
 
@@ -76,9 +78,11 @@ class WebshopPromptBuilder(PromptBuilder):
         require_think: bool = True,
         instruction: str | None = None,
         number_results: bool = False,
+        tools: bool = False,
     ):
         self.instruction = prompt_instruction(
-            "webshop", style, history_length, require_think, instruction, (THINK_INSTRUCTION, ACTION_INSTRUCTION)
+            "webshop", style, history_length, require_think, instruction, (THINK_INSTRUCTION, ACTION_INSTRUCTION),
+            "call search or click with one admissible action" if tools else None,
         )
         if number_results and style != "compact":
             raise ValueError("webshop prompt builder: number_results needs style 'compact' (verl-agent's lists ASINs)")
