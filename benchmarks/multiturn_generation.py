@@ -44,7 +44,8 @@ async def episodes(engine: HFEngine, policy, count: int, turns: int, tokens: int
             result = await engine.generate(GenerationRequest(f"e{i}t{t}", transcript, sampling))
             if result.finish_reason != "length":
                 raise RuntimeError(f"engine returned {result.finish_reason}: {result.error}")
-            transcript = transcript + result.token_ids + policy.encode_bridge(OBSERVATION.format(t=t, i=i))
+            observation = {"role": "user", "content": OBSERVATION.format(t=t, i=i)}
+            transcript = transcript + result.token_ids + policy.encode_bridge([observation])
         return len(transcript)
 
     start = time.perf_counter()

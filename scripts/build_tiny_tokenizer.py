@@ -1,5 +1,7 @@
 """Build the tiny policy's tokenizer: a ~2k-token byte-level BPE, written to
-``src/streamrl/policy/assets/tiny_tokenizer.json`` (+ its ChatML template and a small manifest).
+``src/streamrl/policy/assets/tiny_tokenizer.json`` (+ a small manifest). The chat template next to
+it, ``tiny_chat_template.jinja`` (ChatML with Hermes-style tools), is maintained by hand, and the
+tool markup tokens are added on load (``streamrl.policy.tiny.TOOL_MARKUP_TOKENS``).
 
 Deterministic: the same corpus gives the same file. The corpus is
   * environment text (weighted up, since the tiny model mostly reads and writes it), rendered with
@@ -30,7 +32,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from streamrl.policy.tiny import (  # noqa: E402
-    CHAT_TEMPLATE_ASSET,
     MARKUP_TOKENS,
     SPECIAL_TOKENS,
     TOKENIZER_ASSET,
@@ -38,13 +39,6 @@ from streamrl.policy.tiny import (  # noqa: E402
 )
 
 ASSETS = REPO / "src" / "streamrl" / "policy" / "assets"
-# ChatML without a default system prompt; generation opens an assistant turn
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
 STDLIB_MODULES = (
     "argparse",
     "textwrap",
@@ -233,7 +227,6 @@ def main() -> None:
     tokenizer = build(corpus)
     ASSETS.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(ASSETS / TOKENIZER_ASSET))
-    (ASSETS / CHAT_TEMPLATE_ASSET).write_text(CHAT_TEMPLATE, encoding="utf-8")
     digest = hashlib.sha256((ASSETS / TOKENIZER_ASSET).read_bytes()).hexdigest()[:16]
     manifest = {"vocab_size": tokenizer.get_vocab_size(), "corpus_chars": parts, "sha256_16": digest}
     (ASSETS / "tiny_tokenizer_manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")

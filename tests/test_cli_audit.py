@@ -32,7 +32,8 @@ CASES = {  # name -> (argv with {tmp} for the temporary folder, text the line mu
     "parser option": (["train", *SMOKE, "env.parser.nonsense=1"], "env.parser:"),
     "prompt option": (["train", *SMOKE, "env.prompt.nonsense=1"], "env.prompt:"),
     "eval split": (["eval", *SMOKE, "--split", "bogus"], "env.eval_split: alfworld_lite: unknown split 'bogus'"),
-    "eval env/parser mismatch": (["eval", *SMOKE, "--env", "math_tir"], "env.parser:"),
+    "eval env/parser mismatch": (["eval", *SMOKE, "--env", "guess_number", "env.parser.require_think=true"],
+                                 "env.parser:"),
     "unknown env": (["train", *SMOKE, "--env", "alfworld_lit"], "did you mean 'alfworld_lite'"),
     "unknown env module": (["train", *SMOKE, "--env", "no_such_module:Env"], "env.name: cannot load environment"),
     "env class without roles": (["train", *SMOKE, "--env", "streamrl.envs.base:Env"], "env.name:"),
@@ -43,11 +44,16 @@ CASES = {  # name -> (argv with {tmp} for the temporary folder, text the line mu
     "mlflow missing": (["train", *SMOKE, "logging.mlflow_experiment=x"], "logging.mlflow_experiment: mlflow is not installed"),
     "sft source bad line": (["sft", *SMOKE, "--out", "{tmp}/sft", "sft.source={tmp}/demos.jsonl"], "demos.jsonl:2"),
     "sft source missing file": (["sft", *SMOKE, "--out", "{tmp}/sft", "sft.source={tmp}/none.jsonl"], "sft.source:"),
-    "sft without expert": (["sft", *SMOKE, "--out", "{tmp}/sft", "--env", "guess_number", "env.prompt={}",
-                            "env.parser={}", "sft.source=expert"], "sft.source: environment guess_number has no expert"),
-    "search expert elsewhere": (["train", *SMOKE, "--env", "guess_number", "env.prompt={}", "env.parser={}"],
+    "sft without expert": (["sft", *SMOKE, "--out", "{tmp}/sft", "--env", "guess_number", "sft.source=expert"],
+                           "sft.source: environment guess_number has no expert"),
+    "sft in an env without the config's expert": (["sft", *SMOKE, "--out", "{tmp}/sft", "--env", "guess_number"],
+                                                  "sft.source: environment guess_number has no searching expert"),
+    "sft of nothing": (["sft", *SMOKE, "--out", "{tmp}/sft", "sft.demos=0"], "sft.demos: is 0"),
+    "search expert elsewhere": (["train", *SMOKE, "--env", "guess_number", "sft.source=search_expert"],
                                 "sft.source: environment guess_number has no searching expert"),
     "dtype": (["train", *SMOKE, "model.dtype=int8"], "model.dtype"),
+    "chat template": (["train", *SMOKE, "model.chat_template={tmp}/none.jinja"], "model.chat_template: chat template"),
+    "tool format": (["train", *SMOKE, "model.tool_format=xml"], "model.tool_format: unknown format 'xml'"),
     "device": (["train", *SMOKE, "model.device=cuda:7"], "model.device"),
     "model folder": (["train", *SMOKE, "--model", "{tmp}/no_model"], "model.spec: no model folder"),
     "init_from folder": (["train", *SMOKE, "model.init_from={tmp}/no_model"], "model.init_from"),
@@ -85,7 +91,7 @@ def test_bad_input_is_one_line_with_status_2(name, tmp_path, capsys):
     argv = [arg.replace("{tmp}", str(folder)) for arg in argv]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
-    lines = [line for line in err.splitlines() if "warning:" not in line]
+    lines = [line for line in err.splitlines() if not line.startswith(("streamrl: warning:", "streamrl: note:"))]
     assert len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith("streamrl "), err
     if expected:

@@ -61,7 +61,7 @@ def _config(args: argparse.Namespace, check: bool = True) -> Config:
         overrides.append(f"env.name={args.env}")
     config = load_config(paths, overrides, algo=getattr(args, "algo", None))
     if check:
-        preflight(config, demonstrations=args.command == "sft" and config.sft.demos > 0, warn=warn)
+        preflight(config, demonstrations=args.command == "sft", warn=warn)
     return config
 
 
@@ -145,7 +145,7 @@ def cmd_play(args: argparse.Namespace) -> int:
     if not args.model:
         if args.config:
             raise CLIError("--config: only used with --model (a person playing needs no configuration)")
-        return play(args.env, args.seed, args.task_id, options, sys.stdin, sys.stdout)
+        return play(args.env, args.seed, args.task_id, options, sys.stdin, sys.stdout, args.tools)
     from streamrl.api import warn as warning
     from streamrl.policy.engine import HFEngine
     from streamrl.policy.loading import load_policy
@@ -169,14 +169,14 @@ def _play_config(args: argparse.Namespace, run: Path | None) -> Config:
     """The evaluation settings a watched model plays with: ``--config``, else the run's own
     ``config.yaml``, else the default config. The environment, parser and prompt options of a
     config written for another environment are dropped (they belong to that environment)."""
-    overrides = [f"env.name={args.env}", *args.overrides]
+    overrides = [f"env.name={args.env}", *(["env.tools=true"] if args.tools else []), *args.overrides]
+    def silent(_: str) -> None:  # the model that plays is --model: no warm start or SFT to skip
+        pass
+
     if args.config:
-        return load_config(args.config, overrides)
+        return load_config(args.config, overrides, note=silent)
     path = run / "config.yaml" if run is not None and (run / "config.yaml").is_file() else DEFAULT_CONFIG
-    base = load_config(path)
-    if base.env.name != args.env:
-        overrides = ["env.options={}", "env.parser={}", "env.prompt={}", *overrides]
-    config = load_config(path, overrides)
+    config = load_config(path, overrides, note=silent)
     if args.option:
         config.env.options = {**config.env.options, **dict(args.option)}
     # the model that plays is --model: the config's own model fields are not loaded (nor checked),
@@ -326,6 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--seed", type=int)
     play.add_argument("--task-id")
     play.add_argument("--option", action="append", type=_option, help="environment option KEY=VALUE")
+    play.add_argument("--tools", action="store_true",
+                      help="the tool form: call the environment's tools (with --model: env.tools=true)")
     play.add_argument("--model", help="let this policy play while you watch: a run folder, model folder or spec")
     play.add_argument("--config", action="append",
                       help="with --model: settings to play with (default: the run's config.yaml, else default)")
@@ -368,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, os.getcwd())
     from streamrl.envs import UnknownEnvironmentError
     from streamrl.envs.registry import EnvOptionError
-    from streamrl.policy.errors import MissingDependencyError, PolicyLoadError
+    from streamrl.policy.errors import ChatTemplateError, MissingDependencyError, PolicyLoadError
     from streamrl.rollout import DeadEnvironmentError
     from streamrl.train.errors import TrainingError
     from streamrl.train.run import RunFolderError
@@ -376,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (CLIError, ConfigError, RunFolderError, EnvOptionError, PolicyLoadError, MissingDependencyError,
-            UnknownEnvironmentError, FileNotFoundError) as error:
+            ChatTemplateError, UnknownEnvironmentError, FileNotFoundError) as error:
         print(f"streamrl {args.command}: error: {one_line(error)}", file=sys.stderr)
         return 2
     except (TrainingError, DeadEnvironmentError) as error:  # training stopped itself: one line, status 1

@@ -54,7 +54,7 @@ def assert_transcript_is_exact(codec: ChatTemplateCodec, system: str | None) -> 
     transcript = codec.encode_chat(messages)
     for turn, (observation, reply) in enumerate(EPISODE):
         if turn:
-            transcript += codec.encode_bridge(observation)
+            transcript += codec.encode_bridge([{"role": "user", "content": observation}])
             messages.append({"role": "user", "content": observation})
         transcript += encode(reply) + [codec.end_of_turn_id]
         messages.append({"role": "assistant", "content": reply})
@@ -79,12 +79,12 @@ def test_smollm2_template_bridge_is_exact(system):
 
 def test_bridge_text_is_the_chatml_user_turn():
     codec = ChatTemplateCodec(tokenizer_with(None))
-    bridge = codec.tokenizer.decode(codec.encode_bridge("obs"))
+    bridge = codec.tokenizer.decode(codec.encode_bridge([{"role": "user", "content": "obs"}]))
     assert bridge == "\n<|im_start|>user\nobs<|im_end|>\n<|im_start|>assistant\n"
     assert codec.tokenizer.convert_ids_to_tokens(codec.end_of_turn_id) == "<|im_end|>"
 
 
-def test_template_that_rewrites_history_is_flagged():
+def test_template_that_rewrites_history_is_flagged_and_still_bridged():
     codec = ChatTemplateCodec(tokenizer_with(DROPS_THINKING_TEMPLATE))
     # rendering the history differs from prompt + reply: appending would drift from the template
     messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "<think>x</think>a"}]
@@ -92,8 +92,34 @@ def test_template_that_rewrites_history_is_flagged():
     appended = codec.encode_chat(messages, add_generation_prompt=False)
     assert whole[: len(appended)] != appended
     assert not codec.append_only
-    with pytest.raises(ChatTemplateError, match="not append-only"):
+    assert codec.not_append_only_reason.startswith("user turns: ")
+    # streamrl keeps the assistant turn as generated; the bridge after it is still well defined
+    bridge = codec.tokenizer.decode(codec.encode_bridge([{"role": "user", "content": "obs"}]))
+    assert bridge == "\n<|im_start|>user\nobs<|im_end|>\n<|im_start|>assistant\n<think>\n"
+    assert whole[-len(codec.encode_bridge([{"role": "user", "content": "q2"}])) :] == codec.encode_bridge(
+        [{"role": "user", "content": "q2"}]
+    )
+
+
+def test_bridge_that_depends_on_the_reply_is_refused():
+    # the next user turn echoes the length of the previous reply: no bridge fits every reply
+    template = (
+        "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] }}"
+        "{% if message['role'] == 'user' and not loop.first %}{{ ' (' ~ (messages[loop.index0 - 1]['content'] | length) ~ ')' }}"
+        "{% endif %}{{ '<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    )
+    codec = ChatTemplateCodec(tokenizer_with(template))
+    with pytest.raises(ChatTemplateError, match="depends on the content of the assistant turn"):
+        codec.encode_bridge([{"role": "user", "content": "obs"}])
+
+
+def test_bridge_messages_are_checked():
+    codec = ChatTemplateCodec(tokenizer_with(None))
+    with pytest.raises(TypeError, match="list of messages"):
         codec.encode_bridge("obs")
+    for roles in ([], ["assistant"], ["user", "user"], ["user", "tool"], ["tool", "user", "tool"], ["system"]):
+        with pytest.raises(ValueError, match="got roles"):
+            codec.encode_bridge([{"role": role, "content": "x"} for role in roles])
 
 
 def test_missing_template_is_a_clear_error():

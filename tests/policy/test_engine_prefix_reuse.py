@@ -44,7 +44,7 @@ def test_growing_transcripts_prefill_only_their_new_tokens(small_policy):
             assert reused == sum(len(r.prompt_ids) for r in requests) - len(requests) * len(bridge) - len(requests)
         else:
             assert reused == 0
-        bridge = small_policy.encode_bridge(f"observation {turn}")
+        bridge = small_policy.encode_bridge([{"role": "user", "content": f"observation {turn}"}])
         episodes = [r.prompt_ids + res.token_ids + bridge for r, res in zip(requests, results)]
     engine.close_sync()
 
@@ -57,7 +57,8 @@ def test_new_weights_drop_the_kept_prefixes(small_policy):
     assert loop.prefixes.held == len(prompt) + 4
     loop.version = 1  # what HFEngine does once new weights are loaded
     assert loop.prefixes.held == 0
-    follow = GenerationRequest("b", prompt + first.token_ids + small_policy.encode_bridge("ok"), SamplingParams(max_new_tokens=3))
+    bridge = small_policy.encode_bridge([{"role": "user", "content": "ok"}])
+    follow = GenerationRequest("b", prompt + first.token_ids + bridge, SamplingParams(max_new_tokens=3))
     check(small_policy, follow, play(loop, [follow])[0])
     assert loop.stats["reused_tokens"] == 0
     engine.close_sync()
@@ -68,7 +69,7 @@ def test_identical_continuations_share_one_prefix(small_policy):
     loop = engine._decode_loop
     prompt = small_policy.encode_chat([{"role": "user", "content": OBSERVATIONS[2]}])
     first = play(loop, [GenerationRequest("a", prompt, SamplingParams(max_new_tokens=4))])[0]
-    follow = prompt + first.token_ids + small_policy.encode_bridge("again")
+    follow = prompt + first.token_ids + small_policy.encode_bridge([{"role": "user", "content": "again"}])
     requests = [GenerationRequest(f"g{i}", follow, SamplingParams(max_new_tokens=4, temperature=0.7)) for i in range(3)]
     for request, result in zip(requests, play(loop, requests)):
         check(small_policy, request, result, temperature=0.7)

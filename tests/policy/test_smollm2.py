@@ -79,6 +79,33 @@ def test_chatml_bridge_is_exact_with_the_real_tokenizer(smollm2):
         ("You arrive at fridge 1.", "<action>open fridge 1</action>"),
         ("You open the fridge 1. In it, you see a egg 2.", "<action>take egg 2</action>"),
     ]:
-        transcript += encode(reply) + [smollm2.end_of_turn_id] + smollm2.encode_bridge(observation)
+        transcript += encode(reply) + [smollm2.end_of_turn_id] + smollm2.encode_bridge([{"role": "user", "content": observation}])
         messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
         assert transcript == smollm2.encode_chat(messages)
+
+
+def test_shipped_template_with_tools_and_the_real_tokenizer(smollm2):
+    """SmolLM2 gets streamrl's template (its own plus Hermes tools): its own template is the one the
+    tests compare against, the markup stays plain text, and a tool transcript appends exactly."""
+    from streamrl.policy.loading import read_chat_template
+    from streamrl.policy.smollm2 import converted_folder
+    from streamrl.policy.tool_format import resolve_tool_format
+
+    from .tool_templates import SMOLLM2_OWN_TEMPLATE
+
+    assert (converted_folder() / "chat_template.jinja").read_text(encoding="utf-8") == SMOLLM2_OWN_TEMPLATE
+    assert smollm2.tokenizer.chat_template == read_chat_template("smollm2")
+    assert "<tool_call>" not in smollm2.tokenizer.get_vocab() and smollm2.append_only
+    tool_format, _ = resolve_tool_format(smollm2)
+    assert tool_format.name == "hermes"
+    tools = [{"type": "function", "function": {"name": "act", "description": "Act.", "parameters": {
+        "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
+    messages = [{"role": "user", "content": "Your task is to: put a clean apple in fridge."}]
+    transcript = smollm2.encode_chat(messages, tools=tools)
+    reply = {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "id": "c1", "function": {"name": "act", "arguments": {"command": "open fridge 1"}}}]}
+    generated = smollm2.tokenizer.encode(smollm2.render_reply(reply, tools), add_special_tokens=False)
+    assert tool_format.parse(smollm2.decode(generated))["tool_calls"] == [{"name": "act", "arguments": {"command": "open fridge 1"}}]
+    result = {"role": "tool", "tool_call_id": "c1", "name": "act", "content": "You open the fridge 1."}
+    transcript += generated + [smollm2.end_of_turn_id] + smollm2.encode_bridge([result], tools)
+    assert transcript == smollm2.encode_chat([*messages, reply, result], tools=tools)

@@ -60,7 +60,8 @@ def test_a_factory_that_always_raises_is_a_dead_environment():
 
     async def main():
         async with rollout:
-            return await rollout.next_batch()
+            for _ in range(3):  # the third fault in a row stops it, whichever batch it falls in
+                await rollout.next_batch()
 
     outcome, _ = _run_collecting_loop_errors(main)
     assert isinstance(outcome, DeadEnvironmentError) and "no display" in str(outcome)

@@ -28,7 +28,7 @@ def test_codec_is_append_only(system, turns):
     for index, (user, reply) in enumerate(turns):
         if index:
             messages.append({"role": "user", "content": user})
-            ids += codec.encode_bridge(user)
+            ids += codec.encode_bridge([{"role": "user", "content": user}])
         messages.append({"role": "assistant", "content": reply})
         ids += codec.encode_text(reply) + [codec.end_of_turn_id]
     assert ids + codec.encode_text("\n") == codec.encode_chat(messages, add_generation_prompt=False)

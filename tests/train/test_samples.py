@@ -37,7 +37,8 @@ def test_transcript_holds_the_task_and_every_turn():
         "won": True, "outcome": 1.0, "end_reason": "terminated", "policy_version": 2}
     assert record["task"] == "Your task is to: find a mug."
     assert record["turns"][1] == {"action_text": "<a>take</a>", "action": "take", "observation": "Nothing happens.",
-                                  "reward": 0.0, "format_valid": False, "advantage": -0.25}
+                                  "reward": 0.0, "format_valid": False, "format_reason": None, "tool_calls": None,
+                                  "reply": None, "advantage": -0.25}
     assert [t["advantage"] for t in transcript(_episode("r2", False), kind="eval", step=0)["turns"]] == [None] * 3
 
 

@@ -1,4 +1,4 @@
-"""``streamrl.envs``: multi-turn environments, their action parsers and prompt builders.
+"""``streamrl.envs``: multi-turn environments, their tools, action parsers and prompt builders.
 
 Pure Python, no torch. ``make(name)`` builds one; ``list_envs()`` names them all.
 """
@@ -11,8 +11,10 @@ from streamrl.envs.base import (
     EnvSpec,
     ParsedAction,
     PromptBuilder,
+    Step,
     StepResult,
 )
+from streamrl.envs.defaults import ChatPromptBuilder, ReplyParser
 from streamrl.envs.registry import (
     UnknownEnvironmentError,
     get_entry,
@@ -22,16 +24,22 @@ from streamrl.envs.registry import (
     make_prompt_builder,
     register,
 )
+from streamrl.envs.tools import AssistantMessage, ToolCall, tool
 
 __all__ = [
     "STANDARD_INFO_KEYS",
     "ActionParser",
+    "AssistantMessage",
     "AsyncEnv",
+    "ChatPromptBuilder",
     "Env",
     "EnvSpec",
     "ParsedAction",
     "PromptBuilder",
+    "ReplyParser",
+    "Step",
     "StepResult",
+    "ToolCall",
     "UnknownEnvironmentError",
     "get_entry",
     "list_envs",
@@ -39,4 +47,5 @@ __all__ = [
     "make_parser",
     "make_prompt_builder",
     "register",
+    "tool",
 ]

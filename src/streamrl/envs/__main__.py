@@ -1,13 +1,17 @@
 """Play an environment in the terminal, or list the environments.
 
     python -m streamrl.envs list
-    python -m streamrl.envs play alfworld_lite [--seed N] [--task-id ID] [--option KEY=VALUE ...]
+    python -m streamrl.envs play alfworld_lite [--seed N] [--task-id ID] [--option KEY=VALUE ...] [--tools]
 
 ``play`` reads one command per line from stdin and prints each observation and the admissible
 actions. A command the environment does not understand gets its own answer (``Nothing happens.``
 in ALFWorld), never a traceback; ``quit``, ``exit`` or end of input stop cleanly. At a terminal the
 line has editing and history (readline). A line opening a fence (```` ``` ````) continues until the
 closing fence, so a code block can be typed for environments whose action is code (math_tir).
+
+``play --tools`` plays the tool form: the tools are listed with their parameters, and a line
+``name(arg=value, ...)`` (Python call syntax with literal values, positional arguments in the listed
+order) is one tool call; any other line is a reply without a call (math_tir's final answer).
 
 ``watch`` is the same episode played by a model (``streamrl play ENV --model PATH``): each
 observation, the model's reply and the action parsed from it are printed as they happen.
@@ -21,6 +25,7 @@ import sys
 from typing import Any, Callable, TextIO
 
 from streamrl.envs.base import Env
+from streamrl.envs.tools import AssistantMessage, ToolCall
 from streamrl.envs.registry import BUILD_ERRORS, EnvOptionError, UnknownEnvironmentError, build, get_entry, list_envs
 
 QUIT = {"quit", "exit"}
@@ -106,12 +111,51 @@ def read_action(read: Callable[[str], str | None]) -> str | None:
             return "\n".join(lines)
 
 
-def play(name: str, seed: int | None, task_id: str | None, options: dict[str, Any], stdin: TextIO, out: TextIO) -> int:
+def tool_signatures(schemas: list[dict[str, Any]]) -> list[str]:
+    """``python(code: string) -- Run Python code ...`` for each tool schema."""
+    lines = []
+    for schema in schemas:
+        function = schema["function"]
+        parameters = function.get("parameters", {}).get("properties", {})
+        arguments = ", ".join(f"{name}: {spec.get('type', 'any')}" for name, spec in parameters.items())
+        lines.append(f"{function['name']}({arguments}) -- {function.get('description', '')}")
+    return lines
+
+
+def typed_message(line: str, schemas: list[dict[str, Any]]) -> AssistantMessage:
+    """A person's line in the tool form: ``name(arg=value, ...)`` is a call (positional arguments
+    take the parameters in order); any other line is a reply without a call."""
+    try:
+        call = ast.parse(line.strip(), mode="eval").body
+    except SyntaxError:
+        return AssistantMessage(line)
+    names = {schema["function"]["name"]: list(schema["function"].get("parameters", {}).get("properties", {}))
+             for schema in schemas}
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in names):
+        return AssistantMessage(line)
+    try:
+        arguments = dict(zip(names[call.func.id], (ast.literal_eval(arg) for arg in call.args)))
+        arguments.update({kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg})
+    except ValueError as error:
+        return AssistantMessage("", (ToolCall("call_0", raw=line, error=f"arguments must be literal values ({error})"),))
+    return AssistantMessage("", (ToolCall("call_0", call.func.id, arguments),))
+
+
+def play(
+    name: str, seed: int | None, task_id: str | None, options: dict[str, Any], stdin: TextIO, out: TextIO,
+    tools: bool = False,
+) -> int:
     env, observation, info = start(name, seed, task_id, options)
     read = line_reader(stdin, out)
     try:
         out.write(f"[{name} task {info.get('task_id')}; type 'quit' to stop]\n")
-        hint = TYPING_HINTS.get(env.spec.action_format)
+        schemas = env.tools() if tools else []
+        if tools and not schemas:
+            out.write(f"[{name} has no tools; playing its text form]\n")
+        if schemas:
+            out.write("[tools: call one as name(arg=value); any other line is a reply without a call]\n")
+            out.write("".join(f"  {signature}\n" for signature in tool_signatures(schemas)))
+        hint = None if schemas else TYPING_HINTS.get(env.spec.action_format)
         if hint:
             out.write(f"[how to type: {hint}]\n")
         out.write(f"{observation}\n")
@@ -122,11 +166,15 @@ def play(name: str, seed: int | None, task_id: str | None, options: dict[str, An
                 out.write("\nBye.\n")
                 return 0
             try:
-                result = env.step(line.strip())
+                result = env.step(typed_message(line, schemas) if schemas else line.strip())
             except Exception as error:  # a broken environment must not end the session in a traceback
                 out.write(f"[environment error: {type(error).__name__}: {error}]\n")
                 continue
-            out.write(result.observation + "\n")
+            if result.messages is not None:
+                out.write("".join(f"[{m['role']}{' ' + m['name'] if m.get('name') else ''}] {m['content']}\n"
+                                  for m in result.messages))
+            else:
+                out.write(result.observation + "\n")
             if result.terminated or result.truncated:
                 reason = result.info.get("reason", "done")
                 out.write(f"[episode over: {reason}; reward {result.reward:g}; {result.info.get('step')} steps]\n")
@@ -155,10 +203,14 @@ class _Narrated:
         _print_actions(info, self.out)
         return observation, info
 
-    async def step(self, action: str) -> Any:
+    def tools(self) -> list[dict[str, Any]]:
+        return self.env.tools()
+
+    async def step(self, action: Any) -> Any:
         import asyncio
 
-        self._write(f"[action: {action!r}]\n")
+        shown = action.summary() if isinstance(action, AssistantMessage) else action
+        self._write(f"[action: {shown!r}]\n")
         result = await asyncio.to_thread(self.env.step, action)
         self._write(f"{result.observation}\n")
         if not (result.terminated or result.truncated):
@@ -235,11 +287,12 @@ def main(argv: list[str] | None = None) -> int:
     play_parser.add_argument("--seed", type=int, default=None)
     play_parser.add_argument("--task-id", default=None)
     play_parser.add_argument("--option", type=_option, action="append", default=[], metavar="KEY=VALUE")
+    play_parser.add_argument("--tools", action="store_true", help="play the tool form (call the environment's tools)")
     args = parser.parse_args(argv)
     if args.command == "list":
         return list_command(sys.stdout)
     try:
-        return play(args.name, args.seed, args.task_id, dict(args.option), sys.stdin, sys.stdout)
+        return play(args.name, args.seed, args.task_id, dict(args.option), sys.stdin, sys.stdout, args.tools)
     except (UnknownEnvironmentError, EnvOptionError) as error:
         sys.stderr.write(f"error: {error}\n")
         return 2

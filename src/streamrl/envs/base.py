@@ -430,8 +430,12 @@ class AsyncEnv:
     ) -> tuple[str, dict[str, Any]]:
         return await self._call(self.env.reset, seed=seed, task_id=task_id, options=options)
 
-    async def step(self, action: str) -> StepResult:
+    async def step(self, action: str | AssistantMessage) -> StepResult:
         return await self._call(self.env.step, action)
+
+    def tools(self) -> list[dict[str, Any]]:
+        """The environment's tool schemas (built once, in the caller's thread)."""
+        return self.env.tools()
 
     async def close(self) -> None:
         await self._call(self.env.close)

@@ -6,7 +6,7 @@ their behaviour log-probs; text is for display and parsing only, never re-tokeni
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 FinishReason = Literal["stop", "length", "abort", "error"]
 
@@ -68,16 +68,30 @@ class ChatCodec(Protocol):
     """Chat-template tokenisation that rollout layouts need, without re-tokenising history.
 
     ``encode_chat`` renders a whole conversation once (a per-step prompt, or the opening of a
-    full-history transcript). ``encode_bridge`` gives the ids that follow the model's own
-    end-of-turn token to add one user message and open the next assistant turn, so a transcript
-    grows by appending: ``prompt | a1 | bridge(o1) | a2 | ...``.
+    full-history transcript), with the environment's tools (OpenAI-style function schemas,
+    ``{"type": "function", "function": {"name", "description", "parameters"}}``) when given.
+    ``encode_bridge`` gives the ids that follow the model's own end-of-turn token to add messages
+    (one user message, or tool results, possibly followed by a user message) and open the next
+    assistant turn, so a transcript grows by appending: ``prompt | a1 | bridge(o1) | a2 | ...``.
+    ``render_reply`` is the text the template writes for an assistant message (content and/or
+    ``tool_calls``) between the assistant header and the end-of-turn token: what a demonstration
+    makes the model generate.
+
+    Messages are dicts: ``{"role": "system" | "user" | "assistant", "content": str}``, an assistant
+    message may carry ``"tool_calls": [{"type": "function", "id": str, "function": {"name": str,
+    "arguments": dict}}]``, and a tool result is ``{"role": "tool", "tool_call_id": str, "name": str,
+    "content": str}``.
     """
 
     @property
     def end_of_turn_id(self) -> int: ...
 
-    def encode_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]: ...
+    def encode_chat(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, tools: list[dict[str, Any]] | None = None
+    ) -> list[int]: ...
 
-    def encode_bridge(self, user_message: str) -> list[int]: ...
+    def encode_bridge(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]: ...
+
+    def render_reply(self, message: dict[str, Any], tools: list[dict[str, Any]] | None = None) -> str: ...
 
     def decode(self, token_ids: list[int]) -> str: ...

@@ -1,12 +1,23 @@
-"""``ChatCodec`` over a Hugging Face tokenizer's chat template.
+"""``ChatCodec`` over a Hugging Face tokenizer's chat template, with tools.
 
-Full-history rollouts grow a transcript by appending: ``prompt | a1 | bridge(o1) | a2 | ...``. The
-bridge is whatever the template writes between the model's end-of-turn token and the content of
-the next assistant turn (for ChatML: ``\\n<|im_start|>user\\n{o1}<|im_end|>\\n<|im_start|>assistant\\n``).
-Rather than hard-coding ChatML, the codec renders a small probe conversation through the template
-and cuts the bridge out of it, so any template works as long as it is append-only: rendering more
-messages never rewrites what was rendered before. Templates that are not (Qwen3 drops earlier
-``<think>`` blocks, for instance) are detected on construction; ``encode_bridge`` then raises.
+Full-history rollouts grow a transcript by appending: ``prompt | a1 | bridge(o1) | a2 | ...``, never
+re-tokenising. The bridge is whatever the template writes between the model's end-of-turn token and
+the opening of the next assistant turn: for ChatML and a user message,
+``\\n<|im_start|>user\\n{o1}<|im_end|>\\n<|im_start|>assistant\\n``; for tool results, whatever the
+template makes of ``tool`` messages (Qwen groups them in one user turn of ``<tool_response>``
+blocks, Llama 3.1 writes ``ipython`` turns). Rather than hard-coding a format, the codec renders a
+probe conversation through the template and cuts the bridge out of it: it finds the probe assistant
+turn (by a unique marker in its content and call arguments), then the first end-of-turn token after
+it, and takes everything after that token. The probe's assistant turn carries tool calls with the
+same ids and names as the tool messages, because templates render tool results depending on the
+call before them.
+
+Some templates are not append-only: rendering more messages rewrites earlier assistant turns (Qwen3
+drops the empty ``<think></think>`` of an earlier turn and strips reasoning across user turns).
+streamrl keeps every assistant turn exactly as the model generated it (the "continuous tokens"
+choice), so the bridge is still well defined as long as it does not depend on the earlier assistant
+turn; ``encode_bridge`` checks that by cutting it after two different probe turns. ``append_only``
+and ``not_append_only_reason`` say which case a template is in.
 
 Exactness relies on the end-of-turn token being a special token: tokenisation never merges across
 it, so the ids of a rendered conversation split cleanly at every end-of-turn.
@@ -14,6 +25,7 @@ it, so the ids of a rendered conversation split cleanly at every end-of-turn.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from streamrl.policy.errors import ChatTemplateError
@@ -21,10 +33,34 @@ from streamrl.policy.errors import ChatTemplateError
 _PROBE_USER = "probe question 1"
 _PROBE_REPLY = "probe reply 1"
 _PROBE_FOLLOW_UP = "probe question 2"
+_PROBE_TOOL_NAME = "probe_tool"
+_PROBE_TOOL_RESULT = "probe tool result 1"
+#: two different assistant turns to cut a bridge after: (content marker, argument-marker stem)
+_PROBE_VARIANTS = (("probe reply alpha", "probe argument alpha "), ("another probe reply", "another probe argument "))
+PROBE_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": _PROBE_TOOL_NAME,
+        "description": "A probe tool.",
+        "parameters": {
+            "type": "object",
+            "properties": {"probe": {"type": "string", "description": "Any text."}},
+            "required": ["probe"],
+        },
+    },
+}
+
+Message = dict[str, Any]
+Tools = list[dict[str, Any]] | None
 
 
 class ChatTemplateCodec:
-    """Implements ``streamrl.policy.api.ChatCodec`` for a tokenizer that has a chat template."""
+    """Implements ``streamrl.policy.api.ChatCodec`` for a tokenizer that has a chat template.
+
+    Attributes set on construction: ``append_only`` (rendering more user or tool messages never
+    rewrites what was rendered before), ``not_append_only_reason`` (empty when append-only), and
+    ``renders_tool_calls`` (the template writes an assistant message's ``tool_calls``).
+    """
 
     def __init__(self, tokenizer: Any):
         if not getattr(tokenizer, "chat_template", None):
@@ -34,7 +70,12 @@ class ChatTemplateCodec:
             )
         self.tokenizer = tokenizer
         self._end_of_turn_id, self._end_of_turn_text = self._find_end_of_turn()
-        self.append_only, self._not_append_only_reason = self._check_append_only()
+        user_reason = self._check_user_turns()
+        self.renders_tool_calls, tool_reason = self._check_tool_turns()
+        reasons = [f"user turns: {user_reason}"] if user_reason else []
+        reasons += [f"tool turns: {tool_reason}"] if tool_reason else []
+        self.append_only = not reasons
+        self.not_append_only_reason = "; ".join(reasons)
 
     # -- ChatCodec -------------------------------------------------------------------------------
 
@@ -42,23 +83,50 @@ class ChatTemplateCodec:
     def end_of_turn_id(self) -> int:
         return self._end_of_turn_id
 
-    def encode_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
-        return self._encode(self._render(messages, add_generation_prompt))
+    def encode_chat(self, messages: list[Message], add_generation_prompt: bool = True, tools: Tools = None) -> list[int]:
+        """Ids of the whole conversation as the template renders it (``tools``: function schemas)."""
+        return self._encode(self._render(messages, add_generation_prompt, tools))
 
-    def encode_bridge(self, user_message: str) -> list[int]:
-        """Ids following the model's end-of-turn token: ``user_message`` as a user turn, then the
-        opening of the next assistant turn."""
-        if not self.append_only:
+    def encode_bridge(self, messages: list[Message], tools: Tools = None) -> list[int]:
+        """Ids following the model's end-of-turn token that append ``messages`` and open the next
+        assistant turn. ``messages``: one user message, or one or more ``tool`` messages, possibly
+        followed by a user message. Raises ``ChatTemplateError`` when the template gives no bridge
+        that is independent of the assistant turn before it."""
+        messages = check_bridge_messages(messages)
+        taken = json.dumps([messages, tools], ensure_ascii=False, default=str)
+        variants = [v for v in _PROBE_VARIANTS if v[0] not in taken and v[1] not in taken]
+        if len(variants) < 2:
+            raise ChatTemplateError("the messages or tools contain the codec's probe markers; cannot cut a bridge")
+        first, second = (self._bridge_text(messages, tools, *variant) for variant in variants)
+        if first != second:
             raise ChatTemplateError(
-                f"this chat template is not append-only ({self._not_append_only_reason}); "
+                "the chat template's bridge depends on the content of the assistant turn before it "
+                f"({first!r} vs {second!r}), so it cannot be appended to the model's own reply; "
                 "use per-step prompts (encode_chat) instead of a growing transcript"
             )
-        history = [{"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": _PROBE_REPLY}]
-        text = self._render([*history, {"role": "user", "content": user_message}], True)
-        cut = self._reply_end(text) + len(self._end_of_turn_text)
-        if self._render(history, False)[:cut] != text[:cut]:
-            raise ChatTemplateError("the chat template rewrote earlier turns when a user message was added")
-        return self._encode(text[cut:])
+        return self._encode(first)
+
+    def render_reply(self, message: Message, tools: Tools = None) -> str:
+        """The text the template writes for assistant ``message`` (content and/or ``tool_calls``)
+        between the assistant header (the generation prompt) and the end-of-turn token: what the
+        model should generate, without its end-of-turn token, to produce that message."""
+        if message.get("role") != "assistant":
+            raise ValueError(f"render_reply renders an assistant message, got role {message.get('role')!r}")
+        opening = [{"role": "user", "content": _PROBE_USER}]
+        prompt = self._render(opening, True, tools)
+        closed = self._render([*opening, message], False, tools)
+        if not closed.startswith(prompt):
+            raise ChatTemplateError(
+                "the chat template's rendering of an assistant message does not start with its generation "
+                "prompt, so the reply cannot be cut out of it"
+            )
+        end = closed.rfind(self._end_of_turn_text)
+        if end < len(prompt):
+            raise ChatTemplateError(
+                f"the chat template does not end the assistant message with {self._end_of_turn_text!r}; "
+                "the reply cannot be cut out of its rendering"
+            )
+        return closed[len(prompt) : end]
 
     def decode(self, token_ids: list[int]) -> str:
         """Text of ``token_ids`` without special tokens (for display and action parsing only)."""
@@ -66,11 +134,56 @@ class ChatTemplateCodec:
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _render(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    def _render(self, messages: list[Message], add_generation_prompt: bool, tools: Tools = None) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _bridge_text(self, messages: list[Message], tools: Tools, content: str, argument: str) -> str:
+        """The text after the probe assistant turn's end-of-turn token in the extended rendering."""
+        tool_messages = [m for m in messages if m.get("role") == "tool"]
+        reply: Message = {"role": "assistant", "content": content}
+        markers = [content]
+        if tool_messages:
+            # one call per result, with its id and name (templates may render results by the call)
+            arguments = [f"{argument}{i}." for i in range(len(tool_messages))]
+            reply["tool_calls"] = [
+                {
+                    "type": "function",
+                    "id": str(m.get("tool_call_id") or f"call_{i}"),
+                    "function": {"name": str(m.get("name") or _PROBE_TOOL_NAME), "arguments": {"probe": arguments[i]}},
+                }
+                for i, m in enumerate(tool_messages)
+            ]
+            markers += arguments
+        history = [{"role": "user", "content": _PROBE_USER}, reply]
+        try:
+            text = self._render([*history, *messages], True, tools)
+        except Exception as exc:  # a template may refuse, e.g. Llama 3.1: one tool call per message
+            raise ChatTemplateError(
+                f"the chat template cannot render these messages after an assistant turn: {_one_line(exc)}"
+            ) from exc
+        cut = self._turn_end(text, markers)
+        return text[cut:]
+
+    def _turn_end(self, text: str, markers: list[str]) -> int:
+        """Position after the end-of-turn token that closes the assistant turn holding ``markers``."""
+        found = [text.find(marker) + len(marker) for marker in markers if marker in text]
+        if not found:
+            raise ChatTemplateError(
+                "the chat template dropped the probe assistant turn (neither its content nor its tool-call "
+                "arguments appear in the rendering), so the bridge cannot be cut"
+            )
+        end = text.find(self._end_of_turn_text, max(found))
+        if end < 0:
+            raise ChatTemplateError(
+                f"no end-of-turn token {self._end_of_turn_text!r} follows the probe assistant turn, so the bridge "
+                "cannot be cut"
+            )
+        return end + len(self._end_of_turn_text)
 
     def _reply_end(self, text: str) -> int:
         at = text.find(_PROBE_REPLY)
@@ -94,17 +207,76 @@ class ChatTemplateCodec:
         eot_id = tail_ids[0]
         return eot_id, self.tokenizer.convert_ids_to_tokens(eot_id)
 
-    def _check_append_only(self) -> tuple[bool, str]:
+    def _check_user_turns(self) -> str:
+        """Why appending a user message is not append-only ("" when it is)."""
         opening = [{"role": "user", "content": _PROBE_USER}]
         history = [*opening, {"role": "assistant", "content": _PROBE_REPLY}]
         prompt = self._render(opening, True)
         closed = self._render(history, False)
         if not closed.startswith(prompt):
-            return False, "the rendered prompt is not a prefix of the conversation with the reply"
+            return "the rendered prompt is not a prefix of the conversation with the reply"
         if closed[len(prompt) : self._reply_end(closed)] != _PROBE_REPLY:
-            return False, "the template adds text between the assistant header and the reply"
+            return "the template adds text between the assistant header and the reply"
         cut = self._reply_end(closed) + len(self._end_of_turn_text)
         extended = self._render([*history, {"role": "user", "content": _PROBE_FOLLOW_UP}], True)
         if extended[:cut] != closed[:cut]:
-            return False, "adding a user message rewrites the earlier turns"
+            return "adding a user message rewrites the earlier turns"
+        return ""
+
+    def _check_tool_turns(self) -> tuple[bool, str]:
+        """Whether the template renders tool calls, and why appending tool results is not
+        append-only ("" when it is, or when the template renders no tool calls)."""
+        tools = [PROBE_TOOL]
+        opening = [{"role": "user", "content": _PROBE_USER}]
+        marker = f"{_PROBE_VARIANTS[0][1]}0."
+        call = {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"type": "function", "id": "call_0", "function": {"name": _PROBE_TOOL_NAME, "arguments": {"probe": marker}}}
+            ],
+        }
+        result = {"role": "tool", "tool_call_id": "call_0", "name": _PROBE_TOOL_NAME, "content": _PROBE_TOOL_RESULT}
+        try:
+            prompt = self._render(opening, True, tools)
+            closed = self._render([*opening, call], False, tools)
+            extended = self._render([*opening, call, result], True, tools)
+        except Exception:  # a template without tool support may fail on tool_calls or the tool role
+            return False, ""
+        if marker not in closed:
+            return False, ""
+        if not closed.startswith(prompt):
+            return True, "the rendered prompt is not a prefix of the conversation with the tool call"
+        try:
+            cut = self._turn_end(closed, [marker])
+        except ChatTemplateError as exc:
+            return True, str(exc)
+        if extended[:cut] != closed[:cut]:
+            return True, "adding tool results rewrites the assistant turn that called the tool"
         return True, ""
+
+
+def check_bridge_messages(messages: Any) -> list[Message]:
+    """``messages`` as a list, if they are what a bridge can append (one user message, or tool
+    messages possibly followed by one user message); TypeError / ValueError otherwise."""
+    if isinstance(messages, (str, dict)) or not isinstance(messages, (list, tuple)):
+        raise TypeError(
+            "encode_bridge takes a list of messages, e.g. [{'role': 'user', 'content': observation}], "
+            f"not {type(messages).__name__}"
+        )
+    messages = list(messages)
+    roles = [m.get("role") if isinstance(m, dict) else None for m in messages]
+    tools = 0
+    while tools < len(roles) and roles[tools] == "tool":
+        tools += 1
+    rest = roles[tools:]
+    if not roles or rest not in ([], ["user"]):
+        raise ValueError(
+            "encode_bridge appends one user message, or one or more tool messages possibly followed by one "
+            f"user message; got roles {roles}"
+        )
+    return messages
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())

@@ -41,6 +41,11 @@ KNOWN_SPECS = {
 }
 WARM_START_PREFIX = "warm-start:"
 WARM_START_MANIFEST = "warm_start.json"
+#: name -> asset file of the chat templates shipped with the package (``chat_template=NAME``)
+SHIPPED_CHAT_TEMPLATES = {
+    "hermes": tiny.CHAT_TEMPLATE_ASSET,  # generic ChatML + Hermes tools, no default system prompt
+    "smollm2": smollm2.CHAT_TEMPLATE_ASSET,  # the same with SmolLM2's default system prompt
+}
 DTYPE_NAMES = {
     "auto": "auto",  # bfloat16 where the hardware runs it natively, else float32 (dtype_choice.py)
     "float32": "float32",
@@ -65,6 +70,7 @@ def load_policy(
     cache_dir: str | os.PathLike[str] | None = None,
     float32_weights: bool = False,
     entity_tokens: Sequence[str] = (),
+    chat_template: str | os.PathLike[str] | None = None,
 ) -> Policy:
     """Build a ``Policy`` from ``spec`` (see the module docstring).
 
@@ -77,11 +83,14 @@ def load_policy(
     (``Policy.compute_dtype``: mixed precision); a LoRA policy keeps its base in ``dtype`` (only its
     adapters train, and peft keeps those in float32). ``entity_tokens`` (``tiny`` only: its
     embeddings are trained from scratch) become whole tokens of the tokenizer
-    (``tiny.load_tiny_tokenizer``).
+    (``tiny.load_tiny_tokenizer``). ``chat_template``: a shipped template name (``"hermes"``: ChatML
+    with Hermes-style tools; ``"smollm2"``) or a path to a ``.jinja`` file; it replaces the
+    tokenizer's own template (``read_chat_template``).
     """
     import torch
 
     name, _, inline = str(spec).partition(":")
+    template_text = read_chat_template(chat_template) if chat_template is not None else None
     # a missing folder fails before dtype auto announces its choice: a bad input is one line
     folder = None if name == "tiny" or str(spec) == "smollm2-135m" else _as_folder(spec)
     torch_dtype = resolve_dtype(dtype, device)
@@ -102,6 +111,9 @@ def load_policy(
     overrides = {**(tiny.parse_overrides(inline) if name == "tiny" else {}), **(model_overrides or {})}
     recipe = {"spec": str(spec), "model_overrides": model_overrides, "seed": seed, "value_tokens": value_tokens,
               "entity_tokens": list(entity_tokens)}
+    if chat_template is not None:  # a shipped name, or the file's absolute path (a LoRA reload rebuilds the base)
+        shipped = str(chat_template) in SHIPPED_CHAT_TEMPLATES
+        recipe["chat_template"] = str(chat_template) if shipped else str(Path(chat_template).expanduser().resolve())
     saved_record: dict[str, Any] = {}
 
     if name == "tiny":
@@ -109,12 +121,17 @@ def load_policy(
         model = tiny.build_tiny_model(overrides, tokenizer, seed, torch_dtype)
     elif str(spec) == "smollm2-135m":
         model, tokenizer = _from_folder(smollm2.converted_folder(cache_dir), torch_dtype, overrides)
+        tokenizer.chat_template = read_chat_template("smollm2")  # its own, plus tools
     else:
         saved_record = _read_record(folder)
         if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
-            return _load_adapter_folder(folder, saved_record, dtype=dtype, device=device, cache_dir=cache_dir)
+            return _load_adapter_folder(
+                folder, saved_record, dtype=dtype, device=device, cache_dir=cache_dir, chat_template=chat_template
+            )
         model, tokenizer = _from_folder(folder, torch_dtype, overrides)
         recipe = {**recipe, "spec": str(folder.resolve())}
+    if template_text is not None:
+        tokenizer.chat_template = template_text
 
     value_ids = _setup_value_tokens(model, tokenizer, value_tokens, saved_record, seed)
     if lora:
@@ -124,6 +141,26 @@ def load_policy(
     banned = sorted(set(value_ids or ()) | set(unreachable_ids(vocab_rows, len(tokenizer))))
     return Policy(model, tokenizer, value_ids, tuple(banned), base_recipe=recipe, lora=dict(lora) if lora else None,
                   compute_dtype=compute_dtype)
+
+
+def read_chat_template(value: str | os.PathLike[str]) -> str:
+    """The Jinja text of a shipped chat template (``SHIPPED_CHAT_TEMPLATES``) or of a template file."""
+    text = str(value)
+    if text in SHIPPED_CHAT_TEMPLATES:
+        return (resources.files("streamrl.policy") / "assets" / SHIPPED_CHAT_TEMPLATES[text]).read_text(encoding="utf-8")
+    path = Path(text).expanduser()
+    if not path.is_file():
+        raise PolicyLoadError(
+            f"chat template {text!r} is neither a shipped template ({', '.join(SHIPPED_CHAT_TEMPLATES)}) "
+            "nor a path to a .jinja file"
+        )
+    try:
+        template = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyLoadError(f"could not read the chat template {path}: {exc}") from exc
+    if not template.strip():
+        raise PolicyLoadError(f"the chat template file {path} is empty")
+    return template
 
 
 def shipped_warm_starts() -> dict[str, Path]:
@@ -235,7 +272,9 @@ def _setup_value_tokens(
     return ids[0], ids[1]
 
 
-def _load_adapter_folder(folder: Path, record: dict[str, Any], *, dtype: Any, device: str, cache_dir: Any) -> Policy:
+def _load_adapter_folder(
+    folder: Path, record: dict[str, Any], *, dtype: Any, device: str, cache_dir: Any, chat_template: Any = None
+) -> Policy:
     """A LoRA policy saved by ``Policy.save``: rebuild the base from its recipe, then load the adapter."""
     from peft import PeftModel
 
@@ -256,6 +295,7 @@ def _load_adapter_folder(folder: Path, record: dict[str, Any], *, dtype: Any, de
         model_overrides=recipe.get("model_overrides"),
         cache_dir=cache_dir,
         entity_tokens=recipe.get("entity_tokens", ()),
+        chat_template=chat_template if chat_template is not None else recipe.get("chat_template"),
     )
     with quiet_peft():
         model = PeftModel.from_pretrained(base.model, folder, is_trainable=True)

@@ -54,14 +54,28 @@ class Policy:
     def end_of_turn_id(self) -> int:
         return self.codec.end_of_turn_id
 
-    def encode_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
-        return self.codec.encode_chat(messages, add_generation_prompt)
+    def encode_chat(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
+        return self.codec.encode_chat(messages, add_generation_prompt, tools)
 
-    def encode_bridge(self, user_message: str) -> list[int]:
-        return self.codec.encode_bridge(user_message)
+    def encode_bridge(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
+        return self.codec.encode_bridge(messages, tools)
+
+    def render_reply(self, message: dict[str, Any], tools: list[dict[str, Any]] | None = None) -> str:
+        return self.codec.render_reply(message, tools)
 
     def decode(self, token_ids: list[int]) -> str:
         return self.codec.decode(token_ids)
+
+    @property
+    def append_only(self) -> bool:
+        """Whether the chat template only appends when user or tool messages are added."""
+        return self.codec.append_only
+
+    @property
+    def not_append_only_reason(self) -> str:
+        return self.codec.not_append_only_reason
 
     # -- model facts -------------------------------------------------------------------------------
 

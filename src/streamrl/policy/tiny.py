@@ -27,7 +27,11 @@ SPECIAL_TOKENS = (
 )
 #: ordinary (non-special) single tokens for the agent markup, so it survives decoding
 MARKUP_TOKENS = ("<think>", "</think>", "<action>", "</action>")
+#: the shipped vocabulary file's size (specials, BPE merges and the markup tokens above)
 VOCAB_SIZE = 2048
+#: tool-calling markup of the chat template (Hermes style), added on load as ordinary (non-special)
+#: single tokens, as Qwen2.5 has them: ids VOCAB_SIZE.. in this order, before any entity tokens
+TOOL_MARKUP_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<tools>", "</tools>")
 
 #: the default size; every field can be overridden (short names below, or any LlamaConfig field)
 DEFAULT_CONFIG: dict[str, Any] = {
@@ -118,7 +122,11 @@ def build_tiny_model(overrides: dict[str, Any] | None, tokenizer: Any, seed: int
 
 
 def load_tiny_tokenizer(entity_tokens: Sequence[str] = ()) -> Any:
-    """The shipped tiny tokenizer, with its ChatML template.
+    """The shipped tiny tokenizer, with its ChatML template (Hermes-style tools).
+
+    The tool markup (``TOOL_MARKUP_TOKENS``) is always added after the shipped vocabulary, as
+    ordinary tokens that survive decoding, so ``len(tokenizer)`` is ``VOCAB_SIZE + 6`` plus the
+    entity tokens.
 
     ``entity_tokens`` (an environment's ``EnvSpec.entity_tokens``) are added as whole tokens after
     the shipped vocabulary, so an action that copies one from the page copies a single token: a
@@ -144,6 +152,7 @@ def load_tiny_tokenizer(entity_tokens: Sequence[str] = ()) -> Any:
             bos_token="<|im_start|>",
         )
     tokenizer.chat_template = (assets / CHAT_TEMPLATE_ASSET).read_text(encoding="utf-8")
+    tokenizer.add_tokens([AddedToken(token, special=False, normalized=False) for token in TOOL_MARKUP_TOKENS])
     if entity_tokens:
         # not normalised: matched exactly as written, wherever they occur in the text
         tokenizer.add_tokens([AddedToken(token, normalized=False) for token in dict.fromkeys(entity_tokens)])

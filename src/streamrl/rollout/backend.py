@@ -12,11 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Protocol
 
-from streamrl.envs import make, make_parser, make_prompt_builder
+from streamrl.envs import make
 from streamrl.envs.base import ActionParser, AsyncEnv, Env, PromptBuilder
 from streamrl.policy.api import ChatCodec, InferenceEngine
+from streamrl.policy.tool_format import resolve_tool_format
 from streamrl.rollout.env_pool import EnvPool
 from streamrl.rollout.episode import EpisodeRunner, EpisodeSettings
+from streamrl.rollout.roles import action_parser, prompt_builder
 from streamrl.rollout.trajectory import DispatchRecord, Trajectory
 
 BackendKind = Literal["local", "ray"]
@@ -97,6 +99,8 @@ class WorkerSpec:
     parser_options: dict[str, Any] = field(default_factory=dict)
     prompt_options: dict[str, Any] = field(default_factory=dict)
     episode: EpisodeSettings = field(default_factory=EpisodeSettings)
+    #: the tool form (``episode.tools``): how the model writes calls, "auto" or a format name
+    tool_format: str = "auto"
     #: "hf" or "vllm" (``streamrl.policy.engines.make_engine``)
     engine: str = "hf"
     #: torch threads of a worker's engine
@@ -110,11 +114,13 @@ class WorkerSpec:
     def make_env(self) -> Env | AsyncEnv:
         return make(self.env, **self.env_options)
 
-    def make_parser(self) -> ActionParser:
-        return make_parser(self.env, **self.parser_options)
+    def make_parser(self, codec: ChatCodec) -> ActionParser:
+        """The text form's parser, or the tool form's for the tool format ``codec`` writes."""
+        tool_format = resolve_tool_format(codec, self.tool_format)[0] if self.episode.tools else None
+        return action_parser(self.env, self.parser_options, tool_format)
 
     def make_prompt_builder(self) -> PromptBuilder:
-        return make_prompt_builder(self.env, **self.prompt_options)
+        return prompt_builder(self.env, self.prompt_options, self.episode.tools)
 
 
 def make_backend(
@@ -131,8 +137,8 @@ def make_backend(
     starts ``workers`` actors built from ``spec``, serving ``weights()`` (read at start and at each
     publish, put into the object store once per version) from ``engine.version`` on."""
     if kind == "local":
-        return LocalBackend(engine, codec, spec.make_env, spec.make_parser(), spec.make_prompt_builder(), spec.episode,
-                            concurrency)
+        return LocalBackend(engine, codec, spec.make_env, spec.make_parser(codec), spec.make_prompt_builder(),
+                            spec.episode, concurrency)
     if kind == "ray":
         from streamrl.rollout.ray_backend import RayBackend
 

@@ -147,7 +147,7 @@ class Rollout:
             await self._arrived.wait()
         self._raise_if_stopped()
         batch = self._buffer.pop(size)
-        if all(t.end_reason in ENV_FAULT_END_REASONS for t in batch):
+        if len(batch) >= self.settings.env_fault_limit and all(t.end_reason in ENV_FAULT_END_REASONS for t in batch):
             self._fail(self._env_faults.dead(batch))
             self._raise_if_stopped()
         for trajectory in batch:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Iterable, TypeVar
 
 from streamrl.envs.base import ActionParser, AsyncEnv, PromptBuilder, StepResult
+from streamrl.envs.tools import AssistantMessage
 from streamrl.policy.api import ChatCodec, GenerationRequest, GenerationResult, InferenceEngine, SamplingParams
 from streamrl.rollout.context import bridge_ids, opening_ids, step_prompt_ids
 from streamrl.rollout.env_pool import EnvPool
@@ -49,6 +50,9 @@ class EpisodeSettings:
     env_timeout_s: float | None = 60.0
     #: per generate call; an overrun ends the episode with "engine_timeout"
     generate_timeout_s: float | None = None
+    #: the tool form: prompts carry the environment's tool schemas, the parser reads the model's
+    #: tool calls, and answers come back as tool messages (``env.tools``)
+    tools: bool = False
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -169,7 +173,12 @@ class EpisodeRunner:
         transcript: list[int] = []
         history: list[tuple[str, str]] = []
         prompt_truncated = False
-        context = self._built(lambda: opening_ids(self.codec, self.prompt_builder, observation, info)) if full_history else []
+        tools = self._built(env.tools) if self.settings.tools else None
+        context = (
+            self._built(lambda: opening_ids(self.codec, self.prompt_builder, observation, info, tools))
+            if full_history
+            else []
+        )
 
         for index in range(max_turns):
             if full_history:
@@ -187,6 +196,7 @@ class EpisodeRunner:
                         observation,
                         info,
                         self.settings.max_prompt_tokens,
+                        tools,
                     )
                 )
                 prompt = context
@@ -203,13 +213,15 @@ class EpisodeRunner:
             # the parser judges the format; an environment may reject it too (e.g. an out-of-range guess)
             format_valid = parsed.format_valid and bool(step.info.get("format_valid", True))
             info = {**step.info, "format_valid": format_valid}
+            message = parsed.action if isinstance(parsed.action, AssistantMessage) else None
+            action = message.summary() if message is not None else parsed.action
             trajectory.turns.append(
                 Turn(
                     context_ids=context,
                     action_ids=list(result.token_ids),
                     logprobs=[float(lp) for lp in result.logprobs],
                     action_text=text,
-                    action=parsed.action,
+                    action=action,
                     format_valid=format_valid,
                     action_effective=bool(info.get("action_effective", True)),
                     reward=float(step.reward),
@@ -219,6 +231,9 @@ class EpisodeRunner:
                     observation=step.observation,
                     info=info,
                     prompt_truncated=prompt_truncated,
+                    format_reason=None if format_valid else (parsed.reason or info.get("format_reason")),
+                    tool_calls=[call.to_dict() for call in message.tool_calls] if message is not None else None,
+                    reply=step.messages,
                 )
             )
             trajectory.info = info
@@ -226,12 +241,12 @@ class EpisodeRunner:
             if full_history:
                 transcript.extend(context)
                 transcript.extend(result.token_ids)
-            history.append((observation, parsed.action))
+            history.append((observation, action))
             observation = step.observation
             if full_history and not step.terminated:
-                action_ids = list(result.token_ids)
+                action_ids, answer = list(result.token_ids), step.messages
                 context = self._built(
-                    lambda: bridge_ids(self.codec, self.prompt_builder, action_ids, observation, info)
+                    lambda: bridge_ids(self.codec, self.prompt_builder, action_ids, observation, info, answer, tools)
                 )
             if step.terminated:
                 trajectory.end_reason = "terminated"
@@ -293,6 +308,10 @@ def _malformed_step(step: Any) -> str | None:
         return f"env.step returned {type(step).__name__}, not StepResult"
     if not isinstance(step.observation, str) or not isinstance(step.info, dict):
         return "env.step returned a StepResult whose observation is not a str or whose info is not a dict"
+    if step.messages is not None and not (
+        isinstance(step.messages, list) and all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in step.messages)
+    ):
+        return "env.step returned messages that are not a list of message dicts with text content"
     if isinstance(step.reward, bool) or not isinstance(step.reward, (int, float)) or not math.isfinite(step.reward):
         return f"env.step returned the reward {step.reward!r}, not a finite number"
     return None

@@ -56,7 +56,7 @@ class RolloutWorker:
 
         policy = load_policy(**spec.model)
         self._engine = make_engine(spec.engine, policy, version=-1, seed=spec.seed, threads=spec.engine_threads)
-        self._runner = EpisodeRunner(self._engine, policy, spec.make_parser(), spec.make_prompt_builder(), spec.episode)
+        self._runner = EpisodeRunner(self._engine, policy, spec.make_parser(policy), spec.make_prompt_builder(), spec.episode)
         self._envs = EnvPool(spec.make_env, slots, call_timeout_s=spec.episode.env_timeout_s)
         self._lock = asyncio.Lock()
 

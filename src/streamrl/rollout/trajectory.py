@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -54,7 +55,7 @@ class Turn:
     #: behaviour log-probs reported by the engine, one per action id
     logprobs: list[float]
     action_text: str
-    #: what the parser extracted and the environment received
+    #: what the parser extracted and the environment received (tool form: the calls, in one line)
     action: str
     format_valid: bool
     action_effective: bool
@@ -69,6 +70,12 @@ class Turn:
     info: dict[str, Any] = field(default_factory=dict)
     #: per-step layout: the prompt was cut on the left to fit the context window
     prompt_truncated: bool = False
+    #: why the format was invalid (the parser's or the environment's reason)
+    format_reason: str | None = None
+    #: tool form: the calls as parsed (``{"id", "name", "arguments"}`` or ``{"id", "raw", "error"}``)
+    tool_calls: list[dict[str, Any]] | None = None
+    #: tool form: the messages that answered the turn (``tool`` results, or a ``user`` message)
+    reply: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if len(self.action_ids) != len(self.logprobs):
@@ -230,6 +237,14 @@ def turn_stats(trajectories: list[Trajectory]) -> tuple[float, float]:
     turns = sum(len(t.turns) for t in trajectories)
     invalid = sum(sum(t.invalid_flags) for t in trajectories)
     return turns / max(len(trajectories), 1), invalid / max(turns, 1)
+
+
+def format_problem_shares(trajectories: list[Trajectory]) -> dict[str, float]:
+    """``{"malformed/<kind>": share of turns}`` for each tool-form format problem seen
+    (``streamrl.envs.tools.FORMAT_PROBLEMS``: unparseable_call, unknown_tool, bad_arguments, ...)."""
+    turns = [turn for t in trajectories for turn in t.turns]
+    kinds = Counter(turn.info.get("format_problem") for turn in turns if turn.info.get("format_problem"))
+    return {f"malformed/{kind}": count / len(turns) for kind, count in sorted(kinds.items())}
 
 
 def _build(cls: type, data: dict[str, Any]) -> Any:

@@ -9,7 +9,7 @@ for a choice, the allowed values, before any work starts.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import yaml
 from pydantic import Field, SerializeAsAny, StrictBool, StrictInt, ValidationError, field_validator, model_validator
@@ -53,6 +53,12 @@ class ModelConfig(Section):
     gradient_checkpointing: StrictBool = False
     #: the generation engine: "hf" (transformers, CPU or GPU) or "vllm" (GPU; the ``vllm`` extra)
     engine: Literal["hf", "vllm"] = "hf"
+    #: how the model writes tool calls (env.tools): "auto" reads it off the chat template (and says
+    #: what it picked), or one of streamrl.policy.tool_format.FORMATS (hermes, qwen3, llama3_json)
+    tool_format: str = "auto"
+    #: replace the tokenizer's chat template: a shipped one by name ("hermes": ChatML with Hermes tool
+    #: calls) or a .jinja file; null keeps the model's own (the tiny and SmolLM2 ones render tools)
+    chat_template: str | None = None
     #: tiny only: add the environment's entity tokens (``EnvSpec.entity_tokens``; webshop_lite: every
     #: ASIN) to the tokenizer as whole tokens, so copying one from the page is a one-token copy.
     #: A model from ``init_from`` keeps the tokenizer it was saved with
@@ -78,6 +84,9 @@ class ModelConfig(Section):
 class EnvConfig(Section):
     name: str = "alfworld_lite"
     options: dict[str, Any] = {}
+    #: the tool form: actions are the model's native tool calls (its chat template renders the
+    #: environment's @tool schemas; results come back as tool messages). False: the text form
+    tools: StrictBool = False
     #: options for the environment's prompt builder and action parser
     prompt: dict[str, Any] = {}
     parser: dict[str, Any] = {}
@@ -282,8 +291,10 @@ def load_config(
     overrides: list[str] | None = None,
     *,
     algo: str | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> Config:
-    """Merge YAML files (later wins), then ``overrides``, then ``algo``; validate everything."""
+    """Merge YAML files (later wins), then ``overrides``, then ``algo``; validate everything.
+    ``note`` hears what switching environment changed (default: one line each on stderr)."""
     tree: dict[str, Any] = {}
     if isinstance(paths, (str, Path)):
         paths = [paths]
@@ -292,8 +303,11 @@ def load_config(
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping of sections")
         _deep_merge(tree, loaded)
-    for text in overrides or []:
-        path_parts, value = parse_override(text)
+    parsed = [parse_override(text) for text in overrides or []]
+    switched_to = next((value for path, value in reversed(parsed) if path == ["env", "name"]), None)
+    if switched_to is not None:
+        switch_environment(tree, str(switched_to), {tuple(path) for path, _ in parsed}, note or _note)
+    for path_parts, value in parsed:
         _set_path(tree, path_parts, value)
     if algo is not None:
         if algo not in ALGORITHM_TABLE:
@@ -312,6 +326,49 @@ def load_config(
         return Config.model_validate(tree)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc)) from None
+
+
+#: sft.source -> the environment method that demonstrates
+DEMONSTRATORS = {"expert": "expert_action", "search_expert": "searching_expert"}
+
+
+def switch_environment(
+    tree: dict[str, Any], name: str, overridden: set[tuple[str, ...]], note: Callable[[str], None]
+) -> None:
+    """An override that names another environment than the config files' makes their environment
+    sections that environment's defaults (the overrides themselves still apply): its options,
+    parser and prompt options are dropped; a warm start built for another environment is not
+    loaded; SFT is skipped when ``name`` has no demonstrator of ``sft.source``. Each change is said
+    in one line on stderr."""
+    from streamrl.envs import UnknownEnvironmentError, get_entry
+
+    env = tree.get("env") if isinstance(tree.get("env"), dict) else {}
+    previous = env.get("name", EnvConfig().name)
+    if previous == name:
+        return
+    for field in ("options", "parser", "prompt"):
+        env.pop(field, None)
+    model = tree.get("model") if isinstance(tree.get("model"), dict) else {}
+    init_from = str(model.get("init_from") or "")
+    if init_from.startswith("warm-start:") and ("model", "init_from") not in overridden:
+        model["init_from"] = None
+        note(f"env.name={name}: not starting from {init_from} (a warm start for {previous})")
+    sft = tree.get("sft") if isinstance(tree.get("sft"), dict) else {}
+    demonstrator = DEMONSTRATORS.get(sft.get("source", SFTConfig().source))
+    try:
+        factory = get_entry(name).env
+    except UnknownEnvironmentError:
+        return  # preflight names the unknown environment
+    if sft.get("demos", SFTConfig().demos) and demonstrator and not hasattr(factory, demonstrator):
+        if not overridden & {("sft", "demos"), ("sft", "source")}:  # an explicit choice is checked, not dropped
+            tree.setdefault("sft", {})["demos"] = 0
+            note(f"env.name={name}: no SFT warm start ({name} has no {demonstrator}() for sft.source)")
+
+
+def _note(message: str) -> None:
+    import sys
+
+    print(f"streamrl: note: {message}", file=sys.stderr)
 
 
 def resolve_config(path: str | Path) -> Path:

@@ -6,11 +6,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamrl.envs import make, make_parser, make_prompt_builder
+from streamrl.envs import make
 from streamrl.policy.api import InferenceEngine, SamplingParams
+from streamrl.policy.tool_format import resolve_tool_format
 from streamrl.rollout import EpisodeRunner, EpisodeSettings, Trajectory
 from streamrl.rollout.evaluate import run_episodes
-from streamrl.rollout.trajectory import turn_stats
+from streamrl.rollout.roles import action_parser, prompt_builder
+from streamrl.rollout.trajectory import format_problem_shares, turn_stats
 from streamrl.train.config import Config
 
 
@@ -26,6 +28,8 @@ class EvalResult:
     by_task_type: dict[str, dict[str, float]] = field(default_factory=dict)
     mean_turns: float = 0.0
     format_invalid_frac: float = 0.0
+    #: tool form: the share of turns with each format problem (``malformed/<kind>``)
+    format_problems: dict[str, float] = field(default_factory=dict)
     crashed: int = 0
     #: every episode played, for transcripts (not a metric)
     trajectories: list[Trajectory] = field(default_factory=list, repr=False)
@@ -38,6 +42,7 @@ class EvalResult:
             "score": self.score,
             "mean_turns": self.mean_turns,
             "format_invalid_frac": self.format_invalid_frac,
+            **self.format_problems,
             "crashed": self.crashed,
             "policy_version": self.policy_version,
         }
@@ -60,6 +65,7 @@ def summarise(trajectories: list[Trajectory], split: str, version: int) -> EvalR
         by_task_type={k: {"success": sum(v) / len(v), "episodes": float(len(v))} for k, v in sorted(by_type.items())},
         mean_turns=mean_turns,
         format_invalid_frac=format_invalid_frac,
+        format_problems=format_problem_shares(trajectories),
         crashed=sum(t.outcome is None for t in trajectories),
         trajectories=trajectories,
     )
@@ -78,13 +84,16 @@ def episode_settings(config: Config, temperature: float | None = None) -> Episod
         max_turns=rollout.max_turns,
         max_context_tokens=rollout.max_context_tokens,
         env_timeout_s=rollout.step_timeout_s,
+        tools=config.env.tools,
     )
 
 
 def episode_runner(config: Config, engine: InferenceEngine, codec: Any, settings: EpisodeSettings) -> EpisodeRunner:
     env = config.env
+    tool_format = resolve_tool_format(codec, config.model.tool_format)[0] if settings.tools else None
     return EpisodeRunner(
-        engine, codec, make_parser(env.name, **env.parser), make_prompt_builder(env.name, **env.prompt), settings
+        engine, codec, action_parser(env.name, env.parser, tool_format), prompt_builder(env.name, env.prompt, settings.tools),
+        settings,
     )
 
 

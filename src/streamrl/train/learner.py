@@ -22,7 +22,7 @@ from streamrl.algos import aggregate, kl_estimate, policy_drift, ppo_policy_loss
 from streamrl.policy.modeling import enable_gradient_checkpointing
 from streamrl.policy.scoring import ScoreOutput, forward_for_loss, score
 from streamrl.rollout import Trajectory
-from streamrl.rollout.trajectory import turn_stats
+from streamrl.rollout.trajectory import format_problem_shares, turn_stats
 from streamrl.train.algo_config import PolicyLossConfig
 from streamrl.train.algorithms.base import Algorithm, Prepared
 from streamrl.train.batch import (
@@ -331,4 +331,5 @@ def _delivery_metrics(delivered: list[Trajectory], usable: list[Trajectory]) -> 
         "turns_mean": turns_mean,
         "action_tokens_mean": sum(t.num_action_tokens for t in delivered) / n,
         "format_invalid_frac": format_invalid_frac,
+        **format_problem_shares(delivered),
     }

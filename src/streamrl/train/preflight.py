@@ -11,6 +11,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any, Callable
 
+from streamrl.envs.base import Env
 from streamrl.train.config import Config, ConfigError
 
 #: logging field -> (package it needs, extra that installs it)
@@ -23,6 +24,7 @@ def one_line(error: BaseException | str) -> str:
 
 def preflight(config: Config, *, demonstrations: bool = False, warn: Callable[[str], None] = print) -> None:
     """Refuse ``config`` (``ConfigError``) on the first problem; ``demonstrations``: SFT will run."""
+    from streamrl.envs.base import EnvSpec
     from streamrl.envs.registry import EnvOptionError, build
 
     check_model(config)
@@ -34,7 +36,11 @@ def preflight(config: Config, *, demonstrations: bool = False, warn: Callable[[s
     except EnvOptionError as error:
         raise ConfigError(str(error)) from None
     try:
+        if not isinstance(getattr(env, "spec", None), EnvSpec):
+            raise ConfigError(f"env.name: {config.env.name} has no spec (an EnvSpec: name, splits, max_steps); "
+                              "see docs/environments.md")
         _check_splits(config, env)
+        _check_action_form(config, env)
         if demonstrations:
             check_demonstrations(config, env)
     finally:
@@ -61,6 +67,26 @@ def _check_splits(config: Config, env: Any) -> None:
             raise ConfigError(f"{field}: {one_line(error)}") from None
 
 
+def _check_action_form(config: Config, env: Any) -> None:
+    """The tool form needs tools whose schemas build, and a known tool format; the text form an ``act``."""
+    from streamrl.envs.tools import ToolSchemaError
+    from streamrl.policy.tool_format import FORMATS
+
+    name = config.env.name
+    if config.model.tool_format not in ("auto", *FORMATS):
+        raise ConfigError(f"model.tool_format: unknown format {config.model.tool_format!r} (known: auto, {', '.join(FORMATS)})")
+    if not config.env.tools:
+        if isinstance(env, Env) and type(env).act is Env.act and type(env).step is Env.step:
+            raise ConfigError(f"env.tools: environment {name} has no text form (no act()); set env.tools=true")
+        return
+    try:
+        tools = env.tools() if hasattr(env, "tools") else []
+    except ToolSchemaError as error:
+        raise ConfigError(f"env.tools: {one_line(error)}") from None
+    if not tools:
+        raise ConfigError(f"env.tools: environment {name} declares no tools (decorate methods with @streamrl.envs.tool)")
+
+
 def check_demonstrations(config: Config, env: Any) -> None:
     """The demonstrator ``sft.source`` names exists for this environment (a file: every line reads)."""
     from streamrl.train.sft import load_replays
@@ -77,12 +103,14 @@ def check_demonstrations(config: Config, env: Any) -> None:
             load_replays(Path(source))
         except (OSError, ValueError) as error:
             raise ConfigError(f"sft.source: {one_line(error)}") from None
+    if config.sft.demos == 0:
+        raise ConfigError("sft.demos: is 0, so SFT has nothing to imitate")
 
 
 def check_model(config: Config) -> None:
     """Every model spec names a known model or an existing folder, and the device exists."""
     from streamrl.policy.errors import PolicyLoadError
-    from streamrl.policy.loading import KNOWN_SPECS, WARM_START_PREFIX, warm_start_folder
+    from streamrl.policy.loading import KNOWN_SPECS, WARM_START_PREFIX, read_chat_template, warm_start_folder
 
     for field, spec in (("model.spec", config.model.spec), ("model.init_from", config.model.init_from)):
         if spec is None or (field == "model.spec" and (spec.split(":", 1)[0] == "tiny" or spec in KNOWN_SPECS)):
@@ -95,6 +123,11 @@ def check_model(config: Config) -> None:
         elif not Path(spec).expanduser().is_dir():
             known = ", ".join(KNOWN_SPECS)
             raise ConfigError(f"{field}: no model folder at {spec!r} (known specs: {known}, or a Hugging Face model folder)")
+    if config.model.chat_template is not None:
+        try:
+            read_chat_template(config.model.chat_template)
+        except PolicyLoadError as error:
+            raise ConfigError(f"model.chat_template: {error}") from None
     if config.model.device.startswith("cuda"):
         import torch
 

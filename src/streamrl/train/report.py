@@ -10,6 +10,7 @@ from pathlib import Path
 
 from streamrl.train.config import Config
 from streamrl.train.loggers import read_metrics
+from streamrl.train.samples import answer_lines
 
 #: transcripts of each kind (success, failure) shown in report/samples.md
 SHOWN_PER_KIND = 3
@@ -51,8 +52,8 @@ def samples_markdown(records: list[dict]) -> str:
             for turn in record["turns"]:
                 # every line of the action quoted, so a multi-line action stays apart from the observation
                 action = "\n".join(f"> {line}" for line in turn["action_text"].splitlines() or [""])
-                invalid = "" if turn["format_valid"] else "  [invalid format]"
-                body += ["", action + invalid, turn["observation"], f"reward {turn['reward']:g}"]
+                invalid = "" if turn["format_valid"] else f"  [invalid format{': ' + turn['format_reason'] if turn.get('format_reason') else ''}]"
+                body += ["", action + invalid, *answer_lines(turn), f"reward {turn['reward']:g}"]
             fence = _fence("\n".join(body))
             lines += [f"## {label}: {record['task_id']}", "", _episode_summary(record), "", fence + "text", *body, fence, ""]
     return "\n".join(lines)

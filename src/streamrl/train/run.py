@@ -78,7 +78,8 @@ def policy_source(config: Config) -> dict[str, Any]:
     model = config.model
     entity_tokens = environment_entities(config) if model.entity_tokens and not model.init_from else ()
     return {"spec": model.init_from or model.spec, "seed": config.train.seed,
-            "model_overrides": model.overrides or None, "entity_tokens": entity_tokens}
+            "model_overrides": model.overrides or None, "entity_tokens": entity_tokens,
+            "chat_template": model.chat_template}
 
 
 def environment_entities(config: Config) -> tuple[str, ...]:

@@ -42,6 +42,9 @@ def transcript(
                 "observation": turn.observation,
                 "reward": turn.reward,
                 "format_valid": turn.format_valid,
+                "format_reason": turn.format_reason,
+                "tool_calls": turn.tool_calls,
+                "reply": turn.reply,
                 "advantage": None if advantages is None else advantages[index],
             }
             for index, turn in enumerate(trajectory.turns)
@@ -132,8 +135,8 @@ def turn_note(turn: dict[str, Any]) -> str:
     if turn.get("advantage") is not None:
         parts.append(f"advantage {turn['advantage']:+.3f}")
     if not turn.get("format_valid", True):
-        parts.append("invalid format")
-    if turn.get("action") is not None and turn.get("action") != (turn.get("action_text") or "").strip():
+        parts.append(f"invalid format: {turn['format_reason']}" if turn.get("format_reason") else "invalid format")
+    if turn.get("tool_calls") is None and turn.get("action") is not None and turn.get("action") != (turn.get("action_text") or "").strip():
         parts.append(f"parsed action: {turn['action']!r}")
     return ", ".join(parts)
 
@@ -144,8 +147,27 @@ def plain_transcript(record: dict[str, Any]) -> str:
     for index, turn in enumerate(record["turns"], 1):
         lines += ["", f"[turn {index}] model ({turn_note(turn)}):"]
         lines += [f"> {line}" for line in (turn.get("action_text") or "").splitlines() or [""]]
-        lines += [str(turn.get("observation") or "").rstrip()]
+        lines += answer_lines(turn)
     return "\n".join(lines) + "\n"
+
+
+def answer_lines(turn: dict[str, Any]) -> list[str]:
+    """What came back after a turn: the observation (text form), or each parsed call and the message
+    that answered it (tool form: ``call python(code=...)`` then ``tool python: <result>``)."""
+    if turn.get("tool_calls") is None or turn.get("reply") is None:
+        return [str(turn.get("observation") or "").rstrip()]
+    lines = []
+    for call in turn["tool_calls"]:
+        if call.get("error") is not None:
+            lines.append(f"call (unreadable: {call['error']}): {call.get('raw', '')}")
+        else:
+            arguments = ", ".join(f"{k}={json.dumps(v)}" for k, v in (call.get("arguments") or {}).items())
+            lines.append(f"call {call.get('name')}({arguments})")
+    for message in turn["reply"]:
+        who = f"tool {message.get('name')}" if message.get("role") == "tool" else str(message.get("role"))
+        content = str(message.get("content") or "").rstrip().splitlines() or [""]
+        lines += [f"{who}: {content[0]}", *content[1:]]
+    return lines
 
 
 def rich_transcript(record: dict[str, Any]) -> Any:
@@ -160,5 +182,5 @@ def rich_transcript(record: dict[str, Any]) -> Any:
         style = "bold cyan" if turn.get("format_valid", True) else "bold red"
         parts.append(Text(f"\nturn {index} ({turn_note(turn)})", style="dim"))
         parts.append(Text(turn.get("action_text") or "(empty reply)", style=style))
-        parts.append(Text(str(turn.get("observation") or "").rstrip()))
+        parts.append(Text("\n".join(answer_lines(turn))))
     return Panel(Group(*parts), border_style=colour)

@@ -2,8 +2,8 @@
 
 Demonstrations are played through the same ``EpisodeRunner`` as RL rollouts, with a
 ``DemonstrationEngine`` in place of the model: it answers each request with the demonstrator's next
-action, written as the model should write it (``<action>...</action>``) and closed with the
-end-of-turn id. The resulting trajectories collate into the same samples and masks RL trains on,
+action, written as the model should write it (``<action>...</action>``; in the tool form the call
+``env.tool_call_for(action)`` as the chat template writes it) and closed with the end-of-turn id. The resulting trajectories collate into the same samples and masks RL trains on,
 and the loss is the negative log-likelihood of the action tokens.
 
 Demonstrators: ``expert`` (the environment's privileged planner, ``env.expert_action()``),
@@ -23,11 +23,12 @@ from typing import Any, Callable
 
 import torch
 
-from streamrl.envs import Env, PromptBuilder, StepResult, make, make_parser, make_prompt_builder
+from streamrl.envs import Env, StepResult, make, make_parser
 from streamrl.policy.api import GenerationRequest, GenerationResult
 from streamrl.policy.modeling import enable_gradient_checkpointing
 from streamrl.policy.scoring import default_token_mask, forward_for_loss
 from streamrl.rollout import Trajectory
+from streamrl.rollout.roles import prompt_builder
 from streamrl.train.batch import collate, micro_batches
 from streamrl.train.config import Config
 from streamrl.train.optim import adamw, clip_and_step
@@ -44,8 +45,20 @@ def action_text(action: str, require_think: bool) -> str:
     return f"{think}<action>{action}</action>"
 
 
-class _DemonstratedEnv(Env):
-    """An environment that also knows the demonstrator's next action for its current state."""
+def tool_call_text(env: Env, action: str, codec: Any) -> str:
+    """A demonstration action in the tool form: the environment's call for it, written as the chat
+    template writes an assistant tool call (plain text when the environment has no call for it)."""
+    call = env.tool_call_for(action)
+    if call is None:
+        return action
+    name, arguments = call
+    message = {"role": "assistant", "content": "",
+               "tool_calls": [{"type": "function", "id": "call_0", "function": {"name": name, "arguments": arguments}}]}
+    return codec.render_reply(message, tools=env.tools())
+
+
+class _DemonstratedEnv:
+    """An environment (wrapped) that also knows the demonstrator's next action for its current state."""
 
     def __init__(self, env: Env, demonstrator_factory: Callable[[Env], Demonstrator]):
         self.env = env
@@ -59,14 +72,14 @@ class _DemonstratedEnv(Env):
         self.next_text = self._demonstrator(observation, info)
         return observation, info
 
-    def step(self, action: str) -> StepResult:
+    def step(self, action: Any) -> StepResult:
         result = self.env.step(action)
         if not (result.terminated or result.truncated):
             self.next_text = self._demonstrator(result.observation, result.info)
         return result
 
-    def task_ids(self, split, limit=None):
-        return self.env.task_ids(split, limit)
+    def tools(self) -> list[dict[str, Any]]:
+        return self.env.tools()
 
     def close(self) -> None:
         self.env.close()
@@ -97,25 +110,35 @@ class DemonstrationEngine:
         return None
 
 
-def _demonstrator_factory(
-    source: str, require_think: bool, prompts: PromptBuilder, replays: dict[str, list[str]]
-) -> Callable[[Env], Demonstrator]:
-    def written(action: str, observation: str, info: dict[str, Any]) -> str:
-        # as the prompt shows it (e.g. a numbered result) and in the parser's format
-        return action_text(prompts.shown_action(action, observation, info), require_think)
+#: (env, action, observation, info) -> the model text that demonstrates ``action``
+Writer = Callable[[Env, str, str, dict[str, Any]], str]
 
+
+def demonstration_writer(config: Config, codec: Any) -> Writer:
+    """How demonstrations are written: as the prompt shows the action (e.g. a numbered result), in
+    the parser's format (text form) or as the template's tool call (tool form)."""
+    prompts = prompt_builder(config.env.name, config.env.prompt, config.env.tools)
+    if config.env.tools:
+        return lambda env, action, observation, info: tool_call_text(
+            env, prompts.shown_action(action, observation, info), codec)
+    # demonstrations are written the way the configured parser reads actions
+    require_think = bool(getattr(make_parser(config.env.name, **config.env.parser), "require_think", False))
+    return lambda env, action, observation, info: action_text(prompts.shown_action(action, observation, info), require_think)
+
+
+def _demonstrator_factory(source: str, written: Writer, replays: dict[str, list[str]]) -> Callable[[Env], Demonstrator]:
     if source == "expert":
         def privileged(env: Env) -> Demonstrator:
             if not hasattr(env, "expert_action"):
                 raise ValueError(f"sft.source expert: environment {env.spec.name} has no expert_action()")
-            return lambda observation, info: written(env.expert_action() or "look", observation, info)
+            return lambda observation, info: written(env, env.expert_action() or "look", observation, info)
         return privileged
     if source == "search_expert":
         def searching(env: Env) -> Demonstrator:
             if not hasattr(env, "searching_expert"):
                 raise ValueError(f"sft.source search_expert: environment {env.spec.name} has no searching_expert()")
             act = env.searching_expert()
-            return lambda observation, info: written(act(observation, info), observation, info)
+            return lambda observation, info: written(env, act(observation, info), observation, info)
         return searching
 
     def replay(env: Env) -> Demonstrator:
@@ -156,8 +179,6 @@ async def collect_demonstrations(config: Config, policy: Any, heldout: bool = Fa
     ``heldout=True`` plays ``config.sft.heldout_demos`` on goals SFT never trains on instead: the
     last ones of the evaluation split (or the replays after the first ``demos``)."""
     sft = config.sft
-    # demonstrations are written the way the configured parser reads actions
-    require_think = bool(getattr(make_parser(config.env.name, **config.env.parser), "require_think", False))
     replays: dict[str, list[str]] = {}
     if heldout and not sft.heldout_demos:
         return []
@@ -173,7 +194,7 @@ async def collect_demonstrations(config: Config, policy: Any, heldout: bool = Fa
     else:
         replays = load_replays(Path(sft.source))
         task_ids = list(replays)[sft.demos : sft.demos + sft.heldout_demos] if heldout else list(replays)[: sft.demos]
-    factory = _demonstrator_factory(sft.source, require_think, make_prompt_builder(config.env.name, **config.env.prompt), replays)
+    factory = _demonstrator_factory(sft.source, demonstration_writer(config, policy), replays)
     engine = DemonstrationEngine(policy.tokenizer, policy.end_of_turn_id)
 
     def demo_env() -> _DemonstratedEnv:
