@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,8 +24,14 @@ def test_the_custom_environment_example_trains_from_python(tmp_path):
     assert (tmp_path / "runs" / "custom_env" / "final_model" / "config.json").is_file()
 
 
-def test_the_cli_loads_an_environment_by_module_and_class(tmp_path):
+@pytest.mark.parametrize("form", [[], ["env.tools=true"]], ids=["text", "tools"])
+def test_the_cli_trains_the_example_environment_with_its_documented_command(tmp_path, form):
+    """The module docstring's command, with nothing else than a shorter run."""
+    run = tmp_path / "run"
     out = _run([sys.executable, "-m", "streamrl", "train", "--config", "smoke", "--env", "examples.custom_env:EchoEnv",
-                "--out", str(tmp_path / "run"), "env.prompt={}", "env.parser={}", "sft.demos=0", "train.steps=1",
-                "env.eval_tasks=2"], cwd=ROOT)
+                *form, "train.steps=1", "--out", str(run)], cwd=ROOT)
     assert "after 1 RL steps" in out
+    turns = [turn for line in (run / "samples.jsonl").read_text().splitlines() for turn in json.loads(line)["turns"]]
+    # the tool form records each turn's parsed calls (a list, maybe empty) and the messages that answered it
+    assert turns and all((turn["tool_calls"] is not None) == bool(form) for turn in turns)
+    assert all((turn["reply"] is not None) == bool(form) for turn in turns)

@@ -116,6 +116,17 @@ def test_a_person_plays_math_tir_with_a_typed_code_block():
     assert "Final answer received: 3" in text and "[episode over: answered;" in text
 
 
+def test_a_person_plays_math_tir_with_tool_calls():
+    stdin = io.StringIO("python(code='print(6 * 7)')\npython(cod=1)\nthe answer is \\boxed{3}\n")
+    out = io.StringIO()
+    assert play("math_tir", None, "train/0", {}, stdin, out, tools=True) == 0
+    text = out.getvalue()
+    assert "python(code: string)" in text and "[how to type" not in text
+    assert "[tool python] 42" in text  # the call ran in the sandbox, its result a tool message
+    assert "unexpected argument 'cod'" in text  # a bad call is answered, not raised
+    assert "[episode over: answered;" in text
+
+
 def test_human_play_uses_readline_at_a_terminal(monkeypatch):
     import sys
 

@@ -9,7 +9,7 @@ and ``benchmarks/learning.py --quick`` train on it from a weak warm start.
 Task ids: ``train/<n>`` (unbounded) and ``test/<n>`` for n below ``test_tasks``; the listed objects
 and the target are a hash of the id. ``expert_action()`` answers the target (for SFT).
 
-Tool form: ``take(name)``; the answer counts only as a call (a reply without one is format-invalid
+Tool form: ``take(object)``; the answer counts only as a call (a reply without one is format-invalid
 and, the episode having one turn, lost).
 """
 
@@ -54,13 +54,13 @@ class PickObjectEnv(Env):
         return Step("Done.", reward=float(won), done=True, won=won)
 
     @tool
-    def take(self, name: str) -> Step:
+    def take(self, object: str) -> Step:
         """Take one of the objects you see.
 
         Args:
-            name: the object's name
+            object: the object to take
         """
-        return self.act(name)
+        return self.act(object)
 
     def expert_action(self) -> str:
         return self.target

@@ -17,6 +17,7 @@ import torch
 from streamrl.envs import make
 from streamrl.policy.api import InferenceEngine
 from streamrl.policy.engines import make_engine
+from streamrl.policy.tool_format import resolve_tool_format
 from streamrl.rollout import Rollout, RolloutSettings
 from streamrl.rollout.evaluate import run_episodes
 from streamrl.train.allocator import keep_freed_memory
@@ -47,6 +48,8 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
         return {**finished, "finished_earlier": True}
     state = ws.restore()
     policy = load_run_policy(config, state)
+    if config.env.tools:  # the format auto picked, and why
+        echo(resolve_tool_format(policy, config.model.tool_format)[1])
     logger = ws.logger(state)
     samples = ws.sample_log(state)
     summary: dict[str, Any] = {"out_dir": str(ws.root)}

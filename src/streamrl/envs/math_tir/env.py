@@ -14,6 +14,9 @@ Tool form: a ``python(code)`` tool (its output comes back plain, in the template
 as in Qwen's tool-integrated reasoning, a turn without a call is the final answer. Code runs stateless by default (a fresh interpreter per call);
 ``session=True`` keeps one persistent interpreter per episode, closed on ``reset``/``close``.
 
+``expert_action()`` demonstrates the protocol (one call printing the known answer, then the
+boxed answer) for a warm start that speaks it.
+
 Task ids: ``train/<seed>`` (unbounded, seeded), ``test/<i>`` (the fixed 1,500; ``ood`` lists its
 held-out-template slice). With ``data_path`` the file's rows are ``<data_split>/<i>`` instead.
 """
@@ -189,6 +192,19 @@ class MathTIREnv(Env):
     def reply(self, text: str) -> Step:
         """Tool form: a turn without a call is the final answer."""
         return self._answer(text)
+
+    def expert_action(self) -> str:
+        """A protocol demonstrator (``sft.source=expert``): it knows the answer (privileged, as
+        alfworld's expert knows where things are), prints it with one tool call, then answers in
+        ``\\boxed{}``. It shows the call-then-answer form, not how to solve the problem."""
+        assert self._task is not None
+        if self._n_tool_calls == 0:
+            return f"```python\nprint({self._task['answer']!r})\n```"
+        return f"\\boxed{{{self._task['answer']}}}"
+
+    def tool_call_for(self, action: str) -> tuple[str, dict[str, Any]] | None:
+        call = last_tool_call(action)
+        return ("python", {"code": call.code}) if call is not None and not isinstance(call, BadToolCall) else None
 
     def describe(self) -> dict[str, Any]:
         assert self._task is not None
