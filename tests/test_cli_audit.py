@@ -66,6 +66,8 @@ CASES = {  # name -> (argv with {tmp} for the temporary folder, text the line mu
     "non-empty out": (["train", *SMOKE, "--out", "{tmp}/nonempty"], "is not empty"),
     "resume mismatch": (["train", *SMOKE, "--out", "{tmp}/saved", "--resume", "--algo", "grpo", "algo.group_size=2"],
                         "--resume: "),
+    "resume of nothing": (["train", *SMOKE, "--out", "{tmp}/none", "--resume"], "--resume: {tmp}/none holds no folder to resume"),
+    "resume of a folder without a run": (["train", *SMOKE, "--out", "{tmp}/nonempty", "--resume"], "holds no run (no config.yaml)"),
     "compare configs": (["compare", "--config", "a.yaml", "--config", "b.yaml"], "--config: compare takes one"),
     "compare missing file": (["compare", "--config", "{tmp}/none.yaml"], "comparison file not found"),
     "compare env": (["compare", "--config", "{tmp}/cmp.yaml", "--out", "{tmp}/c", "--env", "nope"], "env.name"),
@@ -95,7 +97,7 @@ def test_bad_input_is_one_line_with_status_2(name, tmp_path, capsys):
     assert len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith("streamrl "), err
     if expected:
-        assert expected in lines[0], err
+        assert expected.replace("{tmp}", str(folder)) in lines[0], err
 
 
 def test_every_dtype_the_loader_accepts_is_configurable():

@@ -35,3 +35,18 @@ def test_the_cli_trains_the_example_environment_with_its_documented_command(tmp_
     # the tool form records each turn's parsed calls (a list, maybe empty) and the messages that answered it
     assert turns and all((turn["tool_calls"] is not None) == bool(form) for turn in turns)
     assert all((turn["reply"] is not None) == bool(form) for turn in turns)
+
+
+def test_the_math_tools_config_records_tool_calls_and_tool_results(tmp_path):
+    """configs/math_tools.yaml, cut short: every transcript turn carries the parsed calls and the
+    messages that answered them (tool results, or the user message after a turn without a call)."""
+    run = tmp_path / "run"
+    _run([sys.executable, "-m", "streamrl", "train", "--config", "configs/math_tools.yaml", "--out", str(run),
+          "train.steps=1", "sft.demos=16", "sft.epochs=1", "env.eval_tasks=2", "rollout.concurrency=4"], cwd=ROOT)
+    turns = [turn for line in (run / "samples.jsonl").read_text().splitlines() for turn in json.loads(line)["turns"]]
+    assert turns and all(isinstance(turn["tool_calls"], list) and turn["reply"] for turn in turns)
+    for turn in turns:
+        roles = {message["role"] for message in turn["reply"]}
+        assert roles == ({"tool"} if turn["tool_calls"] else {"user"})
+    shown = _run([sys.executable, "-m", "streamrl", "show", str(run), "--last", "1"], cwd=ROOT)
+    assert "[turn 1] model" in shown and "Call the python tool" in shown

@@ -41,12 +41,16 @@ def train(config: ConfigLike = "default", out: str | Path | None = None, *, over
 
 
 def evaluate(config: ConfigLike = "default", model: str | Path | None = None, *,
-             overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """Evaluate ``model`` (default: ``model.init_from`` or ``model.spec``) on the configured split."""
+             overrides: Sequence[str] = (), out: str | Path | None = None) -> dict[str, Any]:
+    """Evaluate ``model`` (default: ``model.init_from`` or ``model.spec``) on the configured split;
+    the metrics name the model (``model``). With ``out``, the transcripts go to ``out/samples.jsonl``
+    and the readable ones to ``out/samples.md``."""
     from streamrl.policy.engine import HFEngine
     from streamrl.policy.loading import load_policy
     from streamrl.train.evaluate import evaluate as evaluate_policy
+    from streamrl.train.report import samples_markdown
     from streamrl.train.run import policy_source
+    from streamrl.train.samples import SampleLog, read_samples
 
     config = as_config(config, overrides)
     preflight(config, warn=warn)
@@ -60,4 +64,14 @@ def evaluate(config: ConfigLike = "default", model: str | Path | None = None, *,
         finally:
             await engine.close()
 
-    return asyncio.run(run()).metrics()
+    result = asyncio.run(run())
+    metrics = {"model": str(model or source["spec"]), **result.metrics()}
+    if out is not None:
+        folder = Path(out).expanduser()
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "samples.jsonl").unlink(missing_ok=True)  # this evaluation's transcripts only
+        log = SampleLog(folder / "samples.jsonl")
+        log.write(result.trajectories, kind="eval", step=0, tag=f"eval {metrics['model']}")
+        log.close()
+        (folder / "samples.md").write_text(samples_markdown(read_samples(folder / "samples.jsonl")))
+    return metrics

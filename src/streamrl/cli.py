@@ -66,7 +66,7 @@ def _config(args: argparse.Namespace, check: bool = True) -> Config:
 
 
 def _out_dir(args: argparse.Namespace, config: Config) -> Path:
-    return Path(args.out) if args.out else Path("runs") / f"{config.algo.name}-{config.env.name}"
+    return Path(args.out).expanduser() if args.out else Path("runs") / f"{config.algo.name}-{safe_name(config.env.name)}"
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -82,9 +82,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         line = f"held-out success ({after['split']}, {after['episodes']} tasks): "
         line += f"{100 * before['success']:.1f}% -> " if before else ""
         line += f"{100 * after['success']:.1f}% after {summary['steps']} RL steps"
-        if abs(after["score"] - 100 * after["success"]) > 1e-9:  # a graded reward (WebShop's score)
-            line += f"; score {before['score']:.1f} -> " if before else "; score "
-            line += f"{after['score']:.1f}"
+        if abs(after["score"] - after["success"]) > 1e-9:  # a graded reward (WebShop's score)
+            line += f"; score {100 * before['score']:.1f} -> " if before else "; score "
+            line += f"{100 * after['score']:.1f}"
         print(line)
     print(f"run folder: {out} (metrics.jsonl, report/)")
     return 0
@@ -119,11 +119,37 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.tasks:
         overrides.append(f"env.eval_tasks={args.tasks}")
     args.overrides = overrides
-    record = {"step": 0, **evaluate(_config(args, check=False), args.model)}  # streamrl.evaluate preflights
+    model, run = model_of(args.model, "--model") if args.model else (None, None)
+    if run is not None and not args.config and (run / "config.yaml").is_file():
+        args.config = [str(run / "config.yaml")]  # a run folder is evaluated with its own settings
+    config = _config(args)
+    out = Path(args.out).expanduser() if args.out else (run or Path("runs")) / f"eval-{safe_name(config.env.name)}-{eval_split(config)}"
+    record = {"step": 0, **evaluate(config, model, out=out)}
+    record["model"] = args.model or record["model"]
     print(eval_table([record]))
+    print(f"success {100 * record['success']:.1f}%, score {100 * record['score']:.1f} (of 100); "
+          f"transcripts: {out / 'samples.md'}")
     if args.json:
-        Path(args.json).write_text(json.dumps(record, indent=2))
+        Path(args.json).expanduser().write_text(json.dumps(record, indent=2))
     return 0
+
+
+def eval_split(config: Config) -> str:
+    """The split an evaluation runs on: ``env.eval_split``, else the environment's own."""
+    if config.env.eval_split:
+        return config.env.eval_split
+    from streamrl.envs import make
+
+    env = make(config.env.name, **config.env.options)
+    try:
+        return env.spec.eval_split
+    finally:
+        env.close()
+
+
+def safe_name(name: str) -> str:
+    """``name`` fit for a folder name: ``examples.custom_env:EchoEnv`` -> ``examples.custom_env-EchoEnv``."""
+    return "".join(c if c.isalnum() or c in "._-" else "-" for c in name)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -311,7 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = sub.add_parser("eval", help="evaluate a model on a fixed task set")
     with_config(evaluate, out=False)
-    evaluate.add_argument("--model", help="model folder or spec (default: model.init_from or model.spec)")
+    evaluate.add_argument("--model", help="run folder, model folder or spec (default: model.init_from or model.spec)")
+    evaluate.add_argument("--out", help="folder for the transcripts (default: RUN/eval-<env>-<split> for a run folder, "
+                                        "else runs/eval-<env>-<split>)")
     evaluate.add_argument("--split", help="evaluation split (default: the environment's)")
     evaluate.add_argument("--tasks", type=int, help="evaluate on the first N tasks only")
     evaluate.add_argument("--json", help="also write the result to this JSON file")
@@ -360,8 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
-    if extras:  # `play ENV --model M field=value`: overrides after options follow the ENV positional
-        if args.command == "play" and all("=" in extra and not extra.startswith("-") for extra in extras):
+    if extras:  # dotted overrides are accepted on either side of options (`--out R train.steps=1`)
+        if hasattr(args, "overrides") and all("=" in extra and not extra.startswith("-") for extra in extras):
             args.overrides = [*args.overrides, *extras]
         else:
             parser.parse_args(argv)  # the usual argparse error for what is left over

@@ -20,7 +20,7 @@ def _fake_run(folder, xs, ys, score=None):
     folder.mkdir(parents=True)
     lines = [json.dumps({"kind": "train", "step": i + 1, "trajectories_consumed": x, "success": y, "ppo_kl": 0.01})
              for i, (x, y) in enumerate(zip(xs, ys))]
-    score = 100 * ys[-1] if score is None else score
+    score = ys[-1] if score is None else score
     lines.append(json.dumps({"kind": "eval", "step": len(xs), "success": ys[-1], "score": score}))
     (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
 
@@ -56,16 +56,16 @@ def test_a_graded_score_gets_its_own_columns_and_paired_difference(tmp_path):
     spec = _spec()
     runs = []
     for seed in spec.seeds:
-        _fake_run(tmp_path / f"a{seed}", [0, 10], [0.2, 0.4], score=60.0 + seed)  # WebShop-like: score > success
-        _fake_run(tmp_path / f"b{seed}", [0, 10], [0.2, 0.2], score=50.0)
+        _fake_run(tmp_path / f"a{seed}", [0, 10], [0.2, 0.4], score=0.60 + seed / 100)  # WebShop-like: score > success
+        _fake_run(tmp_path / f"b{seed}", [0, 10], [0.2, 0.2], score=0.50)
         runs += [("a", seed, tmp_path / f"a{seed}"), ("b", seed, tmp_path / f"b{seed}")]
     write_comparison_report(spec, tmp_path, runs)
     report = json.loads((tmp_path / "report.json").read_text())
-    assert report["arms"]["a"]["score_after_mean"] == pytest.approx(61.0)
+    assert report["arms"]["a"]["score_after_mean"] == pytest.approx(0.61)
     assert report["pairs"][0]["score_points"]["mean"] == pytest.approx(11.0)
     text = (tmp_path / "report.md").read_text()
     assert "held-out score after |" in text and "| +11.0 ± 1.0 [" in text
-    # a 0/1 reward's score is 100 x success: no extra column (the known-curves report above)
+    # a 0/1 reward's score is its success: no extra column (the known-curves report above)
     runs_binary = tmp_path / "binary"
     for seed in spec.seeds:
         _fake_run(runs_binary / f"a{seed}", [0, 10], [0.2, 0.4])

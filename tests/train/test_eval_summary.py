@@ -18,13 +18,13 @@ def test_graded_rewards_give_a_score_beside_success():
     episodes = [_episode(0, 1.0, True), _episode(1, 0.5, False), _episode(2, 0.25, False), _episode(3, None, False)]
     result = summarise(episodes, "test", version=3)
     assert result.success == pytest.approx(0.25)
-    assert result.score == pytest.approx(100 * 1.75 / 4)
+    assert result.score == pytest.approx(1.75 / 4)  # on success's 0-1 scale
     assert result.crashed == 1
-    assert result.metrics()["score"] == pytest.approx(43.75)
+    assert result.metrics()["score"] == pytest.approx(0.4375)
 
 
-def test_a_binary_reward_scores_100_times_success():
+def test_a_binary_reward_scores_its_success():
     episodes = [_episode(0, 1.0, True, "a"), _episode(1, 0.0, False, "a"), _episode(2, 1.0, True, "b")]
     result = summarise(episodes, "unseen", version=0)
-    assert result.score == pytest.approx(100 * result.success)
+    assert result.score == pytest.approx(result.success)
     assert result.by_task_type["a"]["success"] == pytest.approx(0.5)

@@ -22,7 +22,7 @@ from typing import Any
 
 from streamrl.policy.errors import PolicyLoadError
 from streamrl.policy.lora import quiet_peft
-from streamrl.policy.policy import POLICY_FILE, POLICY_FORMAT, Policy
+from streamrl.policy.policy import POLICY_FILE, POLICY_FORMAT, Policy, readable_by_all
 
 BASE_FOLDER = "base_model"
 
@@ -44,6 +44,7 @@ def export_policy(policy: Policy, out: str | Path, *, adapter: bool = False) -> 
     model.save_pretrained(folder)
     policy.tokenizer.save_pretrained(folder)
     _write_record(folder, policy)
+    readable_by_all(folder)
     return folder
 
 
@@ -55,6 +56,7 @@ def _write_base(policy: Policy, folder: Path) -> Path:
     base.save_pretrained(folder)
     policy.tokenizer.save_pretrained(folder)
     _write_record(folder, policy)
+    readable_by_all(folder)
     return folder
 
 

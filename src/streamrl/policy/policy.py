@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,18 @@ class Policy:
     @property
     def dtype(self) -> Any:
         return next(self.model.parameters()).dtype
+
+    def describe(self) -> dict[str, Any]:
+        """What the model is, for a run's first line and its summary: parameters (and trained
+        ones), hidden size, layers, dtype."""
+        config = self.model.config
+        return {
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "trained_parameters": sum(p.numel() for p in self.trainable_parameters()),
+            "hidden_size": getattr(config, "hidden_size", None),
+            "layers": getattr(config, "num_hidden_layers", None),
+            "dtype": str(self.run_dtype).removeprefix("torch."),
+        }
 
     @property
     def vocab_size(self) -> int:
@@ -184,4 +197,15 @@ class Policy:
             "base_recipe": self.base_recipe if self.is_lora else None,
         }
         (folder / POLICY_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        readable_by_all(folder)
         return folder
+
+
+def readable_by_all(folder: Path) -> None:
+    """Give the files of ``folder`` the mode the umask gives new files (transformers writes weights
+    through a private temporary file, mode 0600, which other users and containers cannot read)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in folder.iterdir():
+        if path.is_file():
+            path.chmod(0o666 & ~umask)

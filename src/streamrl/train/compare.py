@@ -219,7 +219,7 @@ def write_comparison_report(spec: CompareConfig, out: Path, runs: list[tuple[str
         seeds = [s for s in spec.seeds if s in stats[a] and s in stats[b]]
         pair: dict[str, Any] = {"a": a, "b": b, "n": len(seeds)}
         for key, field, scale in (("auc", "auc_points", 100), ("final", "final_points", 100),
-                                  ("eval_after", "held_out_points", 100), ("score_after", "score_points", 1)):
+                                  ("eval_after", "held_out_points", 100), ("score_after", "score_points", 100)):
             values = [(stats[a][s].get(key), stats[b][s].get(key)) for s in seeds]
             if values and all(x is not None and y is not None for x, y in values):  # held-out needs both evaluated
                 pair[field] = paired_difference([scale * x for x, _ in values], [scale * y for _, y in values])._asdict()
@@ -251,7 +251,7 @@ def _graded(arms: dict[str, dict]) -> bool:
     """Whether the environment's score says more than its success (a graded reward, WebShop's)."""
     return any(
         row.get("score_after_mean") is not None and row["eval_after_mean"] is not None
-        and abs(row["score_after_mean"] - 100 * row["eval_after_mean"]) > 1e-6
+        and abs(row["score_after_mean"] - row["eval_after_mean"]) > 1e-6
         for row in arms.values()
     )
 
@@ -270,7 +270,7 @@ def _markdown(spec: CompareConfig, arms: dict[str, dict], pairs: list[dict]) -> 
         f"|---|---|---|---|{score_rule}---|---|---|---|---|---|",
     ]
     for name, row in arms.items():
-        score = f" {_fmt(row['score_after_mean'])} |" if graded else ""
+        score = f" {_fmt(row['score_after_mean'], 100)} |" if graded else ""
         lines.append(
             f"| {name} | {100 * row['auc_mean']:.1f} ± {100 * row['auc_sd']:.1f} | {_fmt(row['final_mean'], 100)} | "
             f"{_fmt(row['eval_before_mean'], 100)} → {_fmt(row['eval_after_mean'], 100)} |{score} {_fmt(row['ppo_kl'], 1, 4)} | "

@@ -304,11 +304,16 @@ def load_config(
             raise ConfigError(f"config file {path} must hold a mapping of sections")
         _deep_merge(tree, loaded)
     parsed = [parse_override(text) for text in overrides or []]
+    overridden = {tuple(path) for path, _ in parsed}
     switched_to = next((value for path, value in reversed(parsed) if path == ["env", "name"]), None)
     if switched_to is not None:
-        switch_environment(tree, str(switched_to), {tuple(path) for path, _ in parsed}, note or _note)
+        switch_environment(tree, str(switched_to), overridden, note or _note)
+    model_spec = next((value for path, value in reversed(parsed) if path == ["model", "spec"]), None)
+    if model_spec is not None:
+        switch_model(tree, str(model_spec), overridden, note or _note)
     for path_parts, value in parsed:
         _set_path(tree, path_parts, value)
+    _tell_environment_its_form(tree)
     if algo is not None:
         if algo not in ALGORITHM_TABLE:
             raise ConfigError(f"--algo: unknown algorithm {algo!r} (allowed: {', '.join(ALGORITHM_TABLE)})")
@@ -361,8 +366,49 @@ def switch_environment(
         return  # preflight names the unknown environment
     if sft.get("demos", SFTConfig().demos) and demonstrator and not hasattr(factory, demonstrator):
         if not overridden & {("sft", "demos"), ("sft", "source")}:  # an explicit choice is checked, not dropped
-            tree.setdefault("sft", {})["demos"] = 0
-            note(f"env.name={name}: no SFT warm start ({name} has no {demonstrator}() for sft.source)")
+            other = next((source for source, method in DEMONSTRATORS.items() if hasattr(factory, method)), None)
+            if other is not None:
+                tree.setdefault("sft", {})["source"] = other
+                note(f"env.name={name}: SFT from sft.source={other} ({name} has no {demonstrator}())")
+            else:
+                tree.setdefault("sft", {})["demos"] = 0
+                note(f"env.name={name}: no SFT warm start ({name} has no {demonstrator}() for sft.source)")
+
+
+def switch_model(tree: dict[str, Any], spec: str, overridden: set[tuple[str, ...]], note: Callable[[str], None]) -> None:
+    """An override that names another model than the config files' replaces their whole model
+    choice: the warm start they load (``model.init_from``, which would win over ``model.spec``) and the
+    architecture ``overrides`` made for their model are dropped, unless the overrides set them too.
+    Each change is said in one line on stderr."""
+    model = tree.get("model") if isinstance(tree.get("model"), dict) else {}
+    if model.get("spec", ModelConfig().spec) == spec:
+        return
+    if model.get("init_from") and ("model", "init_from") not in overridden:
+        note(f"model.spec={spec}: not starting from {model['init_from']} (the config's warm start for {model.get('spec', ModelConfig().spec)})")
+        model["init_from"] = None
+    if model.get("overrides") and ("model", "overrides") not in overridden:
+        note(f"model.spec={spec}: the config's architecture overrides {model['overrides']} are not applied to it")
+        model["overrides"] = {}
+
+
+def _tell_environment_its_form(tree: dict[str, Any]) -> None:
+    """``env.tools: true`` reaches an environment whose constructor takes ``tools`` (its instructions
+    and hints then speak of tool calls) as ``env.options.tools``, unless the options set it."""
+    from streamrl.envs import UnknownEnvironmentError, get_entry
+    from streamrl.rollout.roles import takes_tools_option
+
+    env = tree.get("env")
+    if not isinstance(env, dict) or env.get("tools") is not True:
+        return
+    options = env.setdefault("options", {})
+    if not isinstance(options, dict) or "tools" in options:
+        return
+    try:
+        factory = get_entry(str(env.get("name", EnvConfig().name))).env
+    except (UnknownEnvironmentError, ValueError, ImportError):
+        return  # preflight names the unknown environment
+    if takes_tools_option(factory):
+        options["tools"] = True
 
 
 def _note(message: str) -> None:

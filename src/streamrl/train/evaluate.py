@@ -22,8 +22,8 @@ class EvalResult:
     policy_version: int
     episodes: int
     success: float
-    #: 100 x the mean episode return in environment reward (WebShop's score; 100 x success where
-    #: the reward is 1 on success and 0 otherwise)
+    #: the mean episode return in environment reward, on success's 0-1 scale (WebShop's score / 100;
+    #: the success rate where the reward is 1 on success and 0 otherwise)
     score: float = 0.0
     by_task_type: dict[str, dict[str, float]] = field(default_factory=dict)
     mean_turns: float = 0.0
@@ -61,7 +61,7 @@ def summarise(trajectories: list[Trajectory], split: str, version: int) -> EvalR
         policy_version=version,
         episodes=len(trajectories),
         success=sum(t.won for t in trajectories) / max(len(trajectories), 1),
-        score=100 * sum(t.outcome or 0.0 for t in trajectories) / max(len(trajectories), 1),
+        score=sum(t.outcome or 0.0 for t in trajectories) / max(len(trajectories), 1),
         by_task_type={k: {"success": sum(v) / len(v), "episodes": float(len(v))} for k, v in sorted(by_type.items())},
         mean_turns=mean_turns,
         format_invalid_frac=format_invalid_frac,

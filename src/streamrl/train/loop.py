@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import torch
 
 from streamrl.envs import make
 from streamrl.policy.api import InferenceEngine
+from streamrl.policy.dtype_choice import processor_name
 from streamrl.policy.engines import make_engine
 from streamrl.policy.tool_format import resolve_tool_format
 from streamrl.rollout import Rollout, RolloutSettings
@@ -27,9 +29,9 @@ from streamrl.train.config import Config
 from streamrl.train.errors import TrainingError
 from streamrl.train.resources import check_resources
 from streamrl.train.evaluate import episode_runner, episode_settings, evaluate
-from streamrl.train.progress import Progress
+from streamrl.train.progress import Progress, StallWatch
 from streamrl.train.report import write_report
-from streamrl.train.run import RunState, Workspace, load_run_policy
+from streamrl.train.run import RunState, Workspace, load_run_policy, model_line, model_record
 from streamrl.train.samples import mixed_selection
 from streamrl.train.sft import behaviour_cloning, demonstrations_and_heldout
 
@@ -47,12 +49,16 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
         echo(f"resume: the run in {ws.root} already finished at step {ws.checkpoint.step}; nothing to do")
         return {**finished, "finished_earlier": True}
     state = ws.restore()
+    started = time.monotonic()
     policy = load_run_policy(config, state)
+    model = model_record(config, policy)
+    echo(model_line(model))
     if config.env.tools:  # the format auto picked, and why
         echo(resolve_tool_format(policy, config.model.tool_format)[1])
     logger = ws.logger(state)
     samples = ws.sample_log(state)
-    summary: dict[str, Any] = {"out_dir": str(ws.root)}
+    summary: dict[str, Any] = {"out_dir": str(ws.root), "model": model, "processor": processor_name()}
+    stall = StallWatch()
 
     learner_threads, engine_threads = thread_split(config)
     if state is None and config.sft.demos > 0 and config.model.init_from is None:  # SFT warm start
@@ -81,6 +87,8 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
         samples.write(result.trajectories, kind="eval", step=run.step, tag=tag)
         metrics = result.metrics()
         logger.log(run.step, metrics, "eval")
+        if run.step and run.step < config.train.steps:  # the first and last are printed by the caller
+            echo(f"eval at step {run.step}: success {metrics['success']:.3f}")
         return metrics
 
     if state is None and config.train.eval_at_start:
@@ -112,6 +120,9 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
                 metrics.update(run.metrics(), **_rollout_metrics(rollout.stats()))
                 logger.log(run.step, metrics)
                 progress.update(run.step, metrics)
+                warning = stall.update(run.step, metrics)
+                if warning:
+                    echo(f"warning: {warning}")
                 if config.logging.samples_every and run.step % config.logging.samples_every == 0:
                     chosen = mixed_selection(batch, config.logging.samples_per_step)
                     samples.write(chosen, kind="train", step=run.step, advantages=learner.last_advantages)
@@ -128,7 +139,9 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
         logger.close()
         samples.close()
     policy.save(ws.root / "final_model")
-    summary.update(steps=run.step, trajectories=run.trajectories, report=str(write_report(ws.root, config)))
+    summary.update(steps=run.step, trajectories=run.trajectories, wall_s=round(time.monotonic() - started, 1),
+                   warnings=[stall.warning] if stall.warning else [])
+    summary["report"] = str(write_report(ws.root, config, summary))
     ws.write_summary(summary)
     return summary
 

@@ -15,10 +15,17 @@ class Progress:
         self.trajectories = 0.0
         self._bar = None
         if self.enabled and sys.stdout.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress as RichProgress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self._bar = RichProgress(
-                TextColumn("[bold]RL"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TextColumn("[bold]RL"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
                 TextColumn("{task.fields[status]}"), transient=False,
             )
             self._task = self._bar.add_task("train", total=total, completed=start, status="")
@@ -37,9 +44,43 @@ class Progress:
         if self._bar is not None:
             self._bar.update(self._task, completed=step, status=status)
         elif step == self.total or (step - self.start) % self._every == 0:
-            self.echo(f"step {step}/{self.total} | {status}")
+            remaining = elapsed / max(step - self.start, 1) * (self.total - step)
+            self.echo(f"step {step}/{self.total} | {status} | ETA {_clock(remaining)}")
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}" if minutes >= 60 else f"{minutes}:{secs:02d}"
+
+
+class StallWatch:
+    """Says, once, when ``steps`` learner steps in a row could not teach anything useful: every
+    advantage was 0 or the actor update was skipped (the policy did not change), or no episode
+    succeeded (RL can only push down what was tried)."""
+
+    FIX = "start from a warm start (model.init_from, sft.demos) or an easier task split"
+
+    def __init__(self, steps: int = 5):
+        self.steps = steps
+        self.still = 0
+        self.failing = 0
+        self.warning: str | None = None
+
+    def update(self, step: int, metrics: dict[str, Any]) -> str | None:
+        """The warning line the first time either run of steps reaches ``steps``, else None."""
+        still = metrics.get("actor_skipped", 0.0) >= 1.0 or metrics.get("frac_zero_adv", 0.0) >= 1.0
+        self.still = self.still + 1 if still else 0
+        self.failing = self.failing + 1 if metrics.get("success", 1.0) == 0.0 else 0
+        if self.warning is not None:
+            return None
+        span = f"steps {step - self.steps + 1}-{step}"
+        if self.still >= self.steps:
+            self.warning = f"{span}: every advantage is 0, so the policy is not changing; {self.FIX}"
+        elif self.failing >= self.steps:
+            self.warning = f"{span}: no episode succeeded, so there is no success to learn from; {self.FIX}"
+        return self.warning

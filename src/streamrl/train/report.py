@@ -1,12 +1,15 @@
-"""The report folder written at the end of a run: learning curve PNG, evaluation tables,
-transcripts of the last evaluation, config."""
+"""The report folder written at the end of a run: ``index.md`` (a summary that links the rest), the
+learning curve and the training diagnostics as PNGs, evaluation tables, transcripts of the last
+evaluation, config."""
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 from streamrl.train.config import Config
 from streamrl.train.loggers import read_metrics
@@ -21,7 +24,7 @@ def eval_table(records: list[dict]) -> str:
     if not records:
         return "_no evaluation was run_\n"
     types = sorted({k.split("/", 1)[1] for r in records for k in r if k.startswith("success/")})
-    header = "| task type | " + " | ".join(f"v{r['policy_version']} (step {r['step']})" for r in records) + " |"
+    header = "| task type | " + " | ".join(_column(r) for r in records) + " |"
     lines = [header, "|---" * (len(records) + 1) + "|"]
     for task_type in types:
         cells = [f"{100 * r[f'success/{task_type}']:.1f}" if f"success/{task_type}" in r else "-" for r in records]
@@ -29,6 +32,14 @@ def eval_table(records: list[dict]) -> str:
     lines.append("| **all** | " + " | ".join(f"**{100 * r['success']:.1f}**" for r in records) + " |")
     lines.append("| episodes | " + " | ".join(str(r["episodes"]) for r in records) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _column(record: dict) -> str:
+    """An evaluation's column: the model it evaluated when it names one (``streamrl eval``), else the
+    policy version and step of the run."""
+    if record.get("model"):
+        return str(record["model"])
+    return f"v{record['policy_version']} (step {record['step']})"
 
 
 def last_evaluation(evals: list[dict]) -> list[dict]:
@@ -89,7 +100,11 @@ def plot_learning_curve(train: list[dict], evals: list[dict], path: Path, title:
         by_step = {r["step"]: r for r in evals}
         steps = sorted(by_step)
         lookup = {r["step"]: r.get("trajectories_consumed", r["step"]) for r in train}
-        ax.plot([lookup.get(s, 0) for s in steps], [by_step[s]["success"] for s in steps], "o-", label="held-out success")
+        x = [lookup.get(s, 0) for s in steps]
+        y = [by_step[s]["success"] for s in steps]
+        bounds = [wilson_interval(by_step[s]["success"] * by_step[s]["episodes"], by_step[s]["episodes"]) for s in steps]
+        errors = [[v - low for v, (low, _) in zip(y, bounds)], [high - v for v, (_, high) in zip(y, bounds)]]
+        ax.errorbar(x, y, yerr=errors, fmt="o-", capsize=3, label="held-out success (95% interval)")
     ax.set_xlabel("trajectories consumed")
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.02, 1.02)
@@ -101,14 +116,91 @@ def plot_learning_curve(train: list[dict], evals: list[dict], path: Path, title:
     plt.close(fig)
 
 
-def write_report(root: Path, config: Config) -> Path:
+#: the diagnostics figure: (metric keys plotted together, panel title, what the panel is for)
+DIAGNOSTICS = (
+    (("loss", "policy_loss"), "loss", "the optimised objective; spikes point at a bad batch"),
+    (("ppo_kl", "behaviour_kl"), "policy drift (KL)", "how far an update moves the policy, and engine/trainer mismatch"),
+    (("clip_frac", "dual_clip_frac"), "clipped tokens", "the share of tokens whose ratio hit the trust region"),
+    (("entropy",), "entropy", "exploration left; a fall to 0 is collapse"),
+    (("grad_norm",), "gradient norm", "before clipping (optim.grad_clip)"),
+    (("turns_mean", "action_tokens_mean"), "episode length", "turns and generated tokens per episode"),
+    (("format_invalid_frac", "frac_zero_adv"), "malformed / no signal", "malformed turns; episodes with zero advantage"),
+    (("rollout_slot_utilisation", "lag_mean"), "rollout", "busy rollout slots; policy versions behind"),
+)
+
+
+def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a binomial proportion (sound near 0 and 1, unlike the normal one)."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def plot_diagnostics(train: list[dict], path: Path, title: str) -> list[str]:
+    """One panel per ``DIAGNOSTICS`` entry that the metrics hold; returns the panels drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(keys, name) for keys, name, _ in DIAGNOSTICS if any(k in r for r in train for k in keys)]
+    if not panels:
+        return []
+    columns = 2
+    rows = (len(panels) + columns - 1) // columns
+    fig, axes = plt.subplots(rows, columns, figsize=(10, 2.4 * rows), squeeze=False)
+    for ax, (keys, name) in zip(axes.flat, panels):
+        for key in keys:
+            points = [(r["step"], r[key]) for r in train if isinstance(r.get(key), (int, float))]
+            if points:
+                ax.plot(*zip(*points), label=key, linewidth=1)
+        ax.set_title(name, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    for ax in axes[-1]:
+        ax.set_xlabel("learner step")
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [name for _, name in panels]
+
+
+def summary_paragraph(config: Config, summary: dict[str, Any], evals: list[dict]) -> str:
+    """What was trained, how held-out success moved (with 95% intervals), how long it took, and any warning."""
+    model = summary.get("model") or {"spec": config.model.spec, "init_from": config.model.init_from}
+    start = f", starting from {model['init_from']}" if model.get("init_from") else ""
+    size = f" ({model['parameters'] / 1e6:.1f}M parameters)" if model.get("parameters") else ""
+    parts = [f"{config.algo.name} trained {model['spec']}{size}{start} on {config.env.name} for "
+             f"{summary.get('steps', 0)} steps ({summary.get('trajectories', 0):.0f} trajectories)"]
+    if summary.get("wall_s") is not None:
+        parts[0] += f" in {summary['wall_s'] / 60:.1f} min on {summary.get('processor', 'this machine')}"
+    if evals:
+        shown = []
+        for record in (evals[0], evals[-1]) if len(evals) > 1 else (evals[0],):
+            low, high = wilson_interval(record["success"] * record["episodes"], record["episodes"])
+            shown.append(f"{100 * record['success']:.1f}% [{100 * low:.1f}, {100 * high:.1f}] at step {record['step']}")
+        parts.append("held-out success " + " -> ".join(shown) + f" ({evals[-1]['episodes']} episodes, 95% intervals)")
+    for warning in summary.get("warnings") or []:
+        parts.append(f"**warning**: {warning}")
+    return ". ".join(parts) + "."
+
+
+def write_report(root: Path, config: Config, summary: dict[str, Any] | None = None) -> Path:
     report = root / "report"
     report.mkdir(exist_ok=True)
     metrics = read_metrics(root / "metrics.jsonl")
     train = [r for r in metrics if r["kind"] == "train"]
     evals = [r for r in metrics if r["kind"] == "eval"]
-    title = f"{config.algo.name} on {config.env.name} ({config.model.spec})"
+    model = (summary or {}).get("model") or {}
+    title = f"{config.algo.name} on {config.env.name} ({model.get('spec', config.model.spec)})"
     plot_learning_curve(train, evals, report / "learning_curve.png", title)
+    panels = plot_diagnostics(train, report / "diagnostics.png", title)
     eval_md = f"# Evaluation: {title}\n\n{eval_table(evals)}"
     last_eval = last_evaluation(read_metrics(root / "samples.jsonl", "eval"))
     if last_eval:
@@ -117,4 +209,14 @@ def write_report(root: Path, config: Config) -> Path:
     (report / "eval.md").write_text(eval_md)
     shutil.copyfile(root / "config.yaml", report / "config.yaml")
     (report / "evaluations.json").write_text(json.dumps(evals, indent=2))
+    index = [f"# {title}", "", summary_paragraph(config, summary or {}, evals), "",
+             "![learning curve](learning_curve.png)", "",
+             "Training success per batch and held-out success with 95% Wilson intervals.", ""]
+    if panels:
+        index += ["![diagnostics](diagnostics.png)", "",
+                  *[f"- **{name}**: {why}" for _, name, why in DIAGNOSTICS if name in panels], ""]
+    index += ["- [eval.md](eval.md): held-out success by task type at each evaluation",
+              *(["- [samples.md](samples.md): transcripts of successes and failures"] if last_eval else []),
+              "- [config.yaml](config.yaml): the configuration that ran", ""]
+    (report / "index.md").write_text("\n".join(index))
     return report

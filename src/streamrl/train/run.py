@@ -82,6 +82,21 @@ def policy_source(config: Config) -> dict[str, Any]:
             "chat_template": model.chat_template}
 
 
+def model_record(config: Config, policy: Any) -> dict[str, Any]:
+    """The model a run trains, as its summary and report record it."""
+    lora = config.model.lora.model_dump() if config.model.lora else None
+    return {"spec": config.model.spec, "init_from": config.model.init_from, "lora": lora, **policy.describe()}
+
+
+def model_line(model: dict[str, Any]) -> str:
+    """``model: smollm2-135m (134.5M parameters, 0.9M trained by LoRA r=8; float32), its own weights``"""
+    size = f"{model['parameters'] / 1e6:.1f}M parameters"
+    if model["trained_parameters"] != model["parameters"]:
+        size += f", {model['trained_parameters'] / 1e6:.2f}M trained" + (f" by LoRA r={model['lora']['r']}" if model["lora"] else "")
+    start = f"from {model['init_from']}" if model["init_from"] else "from its own weights"
+    return f"model: {model['spec']} ({size}; {model['dtype']}), {start}"
+
+
 def environment_entities(config: Config) -> tuple[str, ...]:
     """The configured environment's ``EnvSpec.entity_tokens``."""
     probe = make(config.env.name, **config.env.options)
@@ -125,6 +140,9 @@ def check_resume(root: Path, config: Config, warn: Callable[[str], None] = print
     """Everything a resume needs, read-only: the same configuration (but for ``RESUMABLE``) and an
     intact newest checkpoint whose log offsets lie within the logs (None: nothing to resume)."""
     saved_path = root / "config.yaml"
+    if not saved_path.is_file():
+        what = "no folder" if not root.exists() else "no run (no config.yaml)"
+        raise RunFolderError(f"--resume: {root} holds {what} to resume; leave out --resume to start a run there")
     if saved_path.is_file():
         try:
             saved = load_config(saved_path)

@@ -38,7 +38,7 @@ from streamrl.envs.math_tir.formatting import (
 )
 from streamrl.envs.math_tir.grading import grade
 from streamrl.envs.math_tir.mathverify import MathVerifyChecker, shared_checker
-from streamrl.envs.math_tir.prompts import FORMAT_HINT, PromptStyle, tool_instructions
+from streamrl.envs.math_tir.prompts import FORMAT_HINT, TOOL_FORMAT_HINT, PromptStyle, tool_instructions
 from streamrl.envs.math_tir.tools import BadToolCall, last_tool_call
 from streamrl.envs.tools import tool
 from streamrl.sandbox import PythonSession, SandboxResult, resolve_isolation, run_python
@@ -76,8 +76,10 @@ class MathTIREnv(Env):
         answer_field: str = "answer",
         type_field: str | None = None,
         data_split: str = "test",
+        tools: bool = False,
     ):
         """``math_verify``: None uses it when installed, False never, True requires it.
+        ``tools``: the tool form's instructions and hints (set by ``env.tools: true``).
         ``digits``/``n_steps``/``distractors`` shape training problems (the test set is fixed).
         ``data_path`` (``.jsonl``/``.json``/``.parquet``) replaces the generator with your rows."""
         self.max_tool_calls = _positive_int("max_tool_calls", max_tool_calls)
@@ -97,7 +99,9 @@ class MathTIREnv(Env):
             max_tool_calls=self.max_tool_calls,
             result_format=result_format,
             style=prompt_style,
+            tools=tools,
         )
+        self._format_hint = TOOL_FORMAT_HINT if tools else FORMAT_HINT
         self._checker = self._make_checker(math_verify)
         self._rows = load_rows(data_path, question_field, answer_field, type_field) if data_path is not None else None
         self._data_split = data_split
@@ -240,7 +244,7 @@ class MathTIREnv(Env):
         self._tool_status = None
         outcome = grade(text, self._task["answer"], strict=self.strict, checker=self._checker)
         if outcome.pred is None:
-            return Step(FORMAT_HINT, effective=False, valid=False)
+            return Step(self._format_hint, effective=False, valid=False)
         self._pred, self._correct = outcome.pred, outcome.correct
         self._close_sandbox_session()
         return Step(f"Final answer received: {outcome.pred}", reward=float(outcome.correct), done=True,

@@ -15,6 +15,11 @@ FORMAT_HINT = (
     "Your message had no ```python code block and no final \\boxed{} answer. "
     "To run code, put it in a ```python block; to finish, write the final answer as \\boxed{...}."
 )
+#: the tool form's: a turn without a call is read as the answer
+TOOL_FORMAT_HINT = (
+    "Your message had no tool call and no final \\boxed{} answer. "
+    "To run code, call the python tool; to finish, reply without a call and write the answer as \\boxed{...}."
+)
 #: how the per-step layout shows an empty model turn (chat templates reject empty messages)
 EMPTY_TURN = "(empty reply)"
 _RESULT_TAGS = {"interpreter": "<interpreter></interpreter> tags", "output": "a ```output block"}
