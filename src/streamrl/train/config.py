@@ -365,14 +365,15 @@ def switch_environment(
     except UnknownEnvironmentError:
         return  # preflight names the unknown environment
     if sft.get("demos", SFTConfig().demos) and demonstrator and not hasattr(factory, demonstrator):
-        if not overridden & {("sft", "demos"), ("sft", "source")}:  # an explicit choice is checked, not dropped
-            other = next((source for source, method in DEMONSTRATORS.items() if hasattr(factory, method)), None)
-            if other is not None:
-                tree.setdefault("sft", {})["source"] = other
-                note(f"env.name={name}: SFT from sft.source={other} ({name} has no {demonstrator}())")
-            else:
-                tree.setdefault("sft", {})["demos"] = 0
-                note(f"env.name={name}: no SFT warm start ({name} has no {demonstrator}() for sft.source)")
+        if ("sft", "source") in overridden:  # an explicit choice is checked (preflight), not replaced
+            return
+        other = next((source for source, method in DEMONSTRATORS.items() if hasattr(factory, method)), None)
+        if other is not None:
+            tree.setdefault("sft", {})["source"] = other
+            note(f"env.name={name}: SFT from sft.source={other} ({name} has no {demonstrator}())")
+        elif ("sft", "demos") not in overridden:
+            tree.setdefault("sft", {})["demos"] = 0
+            note(f"env.name={name}: no SFT warm start ({name} has no {demonstrator}() for sft.source)")
 
 
 def switch_model(tree: dict[str, Any], spec: str, overridden: set[tuple[str, ...]], note: Callable[[str], None]) -> None:

@@ -179,7 +179,9 @@ def summary_paragraph(config: Config, summary: dict[str, Any], evals: list[dict]
     parts = [f"{config.algo.name} trained {model['spec']}{size}{start} on {config.env.name} for "
              f"{summary.get('steps', 0)} steps ({summary.get('trajectories', 0):.0f} trajectories)"]
     if summary.get("wall_s") is not None:
-        parts[0] += f" in {summary['wall_s'] / 60:.1f} min on {summary.get('processor', 'this machine')}"
+        wall = summary["wall_s"]
+        took = f"{wall:.0f} s" if wall < 120 else f"{wall / 60:.1f} min"
+        parts[0] += f" in {took} on {summary.get('processor', 'this machine')}"
     if evals:
         shown = []
         for record in (evals[0], evals[-1]) if len(evals) > 1 else (evals[0],):
