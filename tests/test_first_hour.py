@@ -118,3 +118,18 @@ def test_the_default_run_folder_of_a_module_environment_has_no_colon(monkeypatch
     config = load_config("configs/smoke.yaml", ["env.name=examples.custom_env:EchoEnv"], note=lambda _: None)
     folder = cli._out_dir(argparse.Namespace(out=None), config)
     assert ":" not in str(folder) and folder.name == "spo++-examples.custom_env-EchoEnv"
+
+
+def test_run_configs_build_on_an_environment_neutral_base(tmp_path):
+    from streamrl.train.config import ConfigError
+
+    for name in ("default", "webshop", "math_tools", "math_smollm2"):
+        assert load_config(f"configs/{name}.yaml").rollout.max_staleness == 1  # from configs/base.yaml
+    (tmp_path / "mine.yaml").write_text("base: [base, extra.yaml]\ntrain: {steps: 7}\n")
+    (tmp_path / "extra.yaml").write_text("train: {steps: 3, batch_size: 4}\n")
+    mine = load_config(tmp_path / "mine.yaml")
+    assert (mine.train.steps, mine.train.batch_size, mine.algo.name) == (7, 4, "spo++")  # later wins
+    (tmp_path / "a.yaml").write_text("base: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    with pytest.raises(ConfigError, match="base: loops back"):
+        load_config(tmp_path / "a.yaml")

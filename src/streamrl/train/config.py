@@ -299,10 +299,7 @@ def load_config(
     if isinstance(paths, (str, Path)):
         paths = [paths]
     for path in paths or []:
-        loaded = read_yaml(resolve_config(path), "config file")
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config file {path} must hold a mapping of sections")
-        _deep_merge(tree, loaded)
+        _deep_merge(tree, _read_config_file(path))
     parsed = [parse_override(text) for text in overrides or []]
     overridden = {tuple(path) for path, _ in parsed}
     switched_to = next((value for path, value in reversed(parsed) if path == ["env", "name"]), None)
@@ -416,6 +413,28 @@ def _note(message: str) -> None:
     import sys
 
     print(f"streamrl: note: {message}", file=sys.stderr)
+
+
+def _read_config_file(path: str | Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A config file's sections, on top of those of the files its ``base:`` names (a shipped config
+    name, or a path relative to the file), applied first and in order."""
+    resolved = resolve_config(path)
+    if resolved.resolve() in chain:
+        raise ConfigError(f"config file {path}: base: loops back to itself ({' -> '.join(p.name for p in chain)})")
+    loaded = read_yaml(resolved, "config file")
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections")
+    bases = loaded.pop("base", None) or []
+    if isinstance(bases, str):
+        bases = [bases]
+    if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
+        raise ConfigError(f"config file {path}: base: must name a config file or a list of them")
+    tree: dict[str, Any] = {}
+    for base in bases:
+        local = resolved.parent / base
+        _deep_merge(tree, _read_config_file(local if local.is_file() else base, (*chain, resolved.resolve())))
+    _deep_merge(tree, loaded)
+    return tree
 
 
 def resolve_config(path: str | Path) -> Path:
