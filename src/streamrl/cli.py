@@ -59,6 +59,8 @@ def _config(args: argparse.Namespace, check: bool = True) -> Config:
         overrides.append(f"model.spec={args.model_spec}")
     if getattr(args, "env", None):
         overrides.append(f"env.name={args.env}")
+    if getattr(args, "agent", None):
+        overrides += [f"agent.function={args.agent}", *([f"agent.tasks={args.tasks}"] if args.tasks else [])]
     config = load_config(paths, overrides, algo=getattr(args, "algo", None))
     if check:
         preflight(config, demonstrations=args.command == "sft", warn=warn)
@@ -122,7 +124,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     model, run = model_of(args.model, "--model") if args.model else (None, None)
     if run is not None and not args.config and (run / "config.yaml").is_file():
         args.config = [str(run / "config.yaml")]  # a run folder is evaluated with its own settings
-    config = _config(args)
+    config = _config(args, check=False)  # streamrl.evaluate preflights
     out = Path(args.out).expanduser() if args.out else (run or Path("runs")) / f"eval-{safe_name(config.env.name)}-{eval_split(config)}"
     record = {"step": 0, **evaluate(config, model, out=out)}
     record["model"] = args.model or record["model"]
@@ -325,6 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="(SFT warm start,) RL, evaluation, report")
     with_config(train)
     train.add_argument("--algo", choices=ALGORITHMS, help="algorithm (overrides algo.name)")
+    train.add_argument("--agent", help="train this agent function instead of an environment: path/to/agent.py:run "
+                                       "(async def run(client, task) -> float; docs/agents.md)")
+    train.add_argument("--tasks", help="with --agent: JSONL file of tasks (agent.tasks)")
     folder = train.add_mutually_exclusive_group()
     folder.add_argument("--resume", action="store_true", help="continue from the newest intact checkpoint in --out")
     folder.add_argument("--overwrite", action="store_true", help="replace the run in a non-empty --out")

@@ -7,6 +7,7 @@ from typing import Any
 
 from streamrl.policy.api import InferenceEngine
 from streamrl.rollout import EpisodeBackend, EpisodeSettings, WorkerSpec, make_backend
+from streamrl.train.agent_mode import agent_backend
 from streamrl.train.config import Config
 from streamrl.train.run import policy_source
 
@@ -26,6 +27,8 @@ def worker_spec(config: Config, episode: EpisodeSettings, engine_threads: int | 
 
 def rollout_backend(config: Config, episode: EpisodeSettings, engine: InferenceEngine, policy: Any,
                     engine_threads: int | None) -> EpisodeBackend:
+    if config.agent.function:  # the user's agent plays, through the endpoint over the trainer's engine
+        return agent_backend(config, engine, policy)
     return make_backend(
         config.rollout.backend, worker_spec(config, episode, engine_threads), concurrency=config.rollout.concurrency,
         engine=engine, codec=policy, weights=policy.state_dict_for_engine, workers=config.rollout.workers,

@@ -213,8 +213,21 @@ class SandboxConfig(Section):
         return self
 
 
+class AgentConfig(Section):
+    """Train an agent function through the OpenAI-compatible endpoint instead of an environment
+    (docs/agents.md): ``function`` is ``path/to/agent.py:run`` or ``package.module:run``."""
+
+    function: str | None = None
+    #: JSONL file of tasks (``split`` train by default; ``test`` rows are evaluated)
+    tasks: str | None = None
+    timeout_s: Float = Field(300.0, gt=0.0)
+    #: what the agent's rewards range over (SPO++'s prior and baselines)
+    reward_range: tuple[Float, Float] = (0.0, 1.0)
+
+
 class Config(Section):
     model: ModelConfig = ModelConfig()
+    agent: AgentConfig = AgentConfig()
     env: EnvConfig = EnvConfig()
     rollout: RolloutConfig = RolloutConfig()
     #: the section of the algorithm ``algo.name`` picks in ``ALGORITHM_TABLE``
@@ -231,6 +244,12 @@ class Config(Section):
     @classmethod
     def _algo_by_name(cls, value: Any) -> Any:
         return algo_section(value)
+
+    @model_validator(mode="after")
+    def _agent_has_tasks(self) -> Config:
+        if (self.agent.function is None) != (self.agent.tasks is None):
+            raise ValueError("agent.function and agent.tasks (--agent and --tasks) go together")
+        return self
 
     @model_validator(mode="after")
     def _group_fits_batch(self) -> Config:

@@ -13,6 +13,7 @@ from streamrl.rollout import EpisodeRunner, EpisodeSettings, Trajectory
 from streamrl.rollout.evaluate import run_episodes
 from streamrl.rollout.roles import action_parser, prompt_builder
 from streamrl.rollout.trajectory import format_problem_shares, turn_stats
+from streamrl.train.agent_mode import agent_tasks, eval_split, play_agent
 from streamrl.train.config import Config
 
 
@@ -107,8 +108,14 @@ def eval_task_ids(config: Config) -> tuple[str, list[str]]:
 
 
 async def evaluate(config: Config, engine: InferenceEngine, codec: Any, tag: str = "eval") -> EvalResult:
+    temperature = 0.0 if config.eval.greedy else config.eval.temperature
+    if config.agent.function:  # the agent's held-out tasks, played through the endpoint
+        split = eval_split(config)
+        task_ids = [task["id"] for task in agent_tasks(config)[split]][: config.env.eval_tasks]
+        trajectories = await play_agent(config, engine, codec, task_ids, tag, split, temperature)
+        return summarise(trajectories, split, engine.version)
     split, task_ids = eval_task_ids(config)
-    settings = episode_settings(config, temperature=0.0 if config.eval.greedy else config.eval.temperature)
+    settings = episode_settings(config, temperature=temperature)
     trajectories = await run_episodes(
         episode_runner(config, engine, codec, settings),
         lambda: make(config.env.name, **config.env.options),

@@ -22,6 +22,7 @@ from streamrl.policy.engines import make_engine
 from streamrl.policy.tool_format import resolve_tool_format
 from streamrl.rollout import Rollout, RolloutSettings
 from streamrl.rollout.evaluate import run_episodes
+from streamrl.train.agent_mode import agent_tasks, play_agent
 from streamrl.train.allocator import keep_freed_memory
 from streamrl.train.assemble import make_learner
 from streamrl.train.backends import rollout_backend
@@ -61,16 +62,14 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
     stall = StallWatch()
 
     learner_threads, engine_threads = thread_split(config)
-    if state is None and config.sft.demos > 0 and config.model.init_from is None:  # SFT warm start
+    if state is None and config.sft.demos > 0 and config.model.init_from is None and not config.agent.function:
         demos, heldout = await demonstrations_and_heldout(config, policy)
         torch.set_num_threads(learner_threads + engine_threads)  # nothing else runs during SFT
         summary["sft"] = behaviour_cloning(config, policy, demos, log=lambda s, m: logger.log(s, m, "sft"), heldout=heldout)
         echo(f"SFT: {len(demos)} demonstrations, final NLL {summary['sft']['nll']:.3f}")
         policy.save(ws.root / "sft_model")
 
-    env = make(config.env.name, **config.env.options)
-    pool, reward_range = env.task_ids("train", limit=config.env.train_tasks), env.spec.reward_range
-    env.close()
+    pool, reward_range = training_tasks(config)
     learner = make_learner(config, policy, ws.reference(config, policy, state), reward_range)
     algorithm = learner.algorithm
     run = RunState.initial() if state is None else ws.load_learner(state, learner)
@@ -146,9 +145,22 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
     return summary
 
 
+def training_tasks(config: Config) -> tuple[list[str], tuple[float, float]]:
+    """The prompt pool (task ids) and the reward range: the environment's, or the agent's tasks."""
+    if config.agent.function:
+        return [task["id"] for task in agent_tasks(config)["train"]], tuple(config.agent.reward_range)
+    env = make(config.env.name, **config.env.options)
+    try:
+        return env.task_ids("train", limit=config.env.train_tasks), env.spec.reward_range
+    finally:
+        env.close()
+
+
 async def play_episodes(config: Config, engine: InferenceEngine, policy: Any, prompt_ids: list[str], request_prefix: str) -> list[Any]:
     """One episode per prompt id with the training episode settings, outside the rollout stream
     (what an algorithm's ``warm_start`` plays)."""
+    if config.agent.function:
+        return await play_agent(config, engine, policy, prompt_ids, request_prefix)
     return await run_episodes(
         episode_runner(config, engine, policy, episode_settings(config)),
         lambda: make(config.env.name, **config.env.options),

@@ -28,6 +28,10 @@ def preflight(config: Config, *, demonstrations: bool = False, warn: Callable[[s
     from streamrl.envs.registry import EnvOptionError, build
 
     check_model(config)
+    if config.agent.function:
+        _check_agent(config)
+        _check_logging(config, warn)
+        return
     entry = _entry(config.env.name)
     try:
         build("env.parser", entry.parser, config.env.parser)
@@ -47,6 +51,23 @@ def preflight(config: Config, *, demonstrations: bool = False, warn: Callable[[s
         env.close()
     _check_logging(config, warn)
     _check_reward(config, warn)
+
+
+def _check_agent(config: Config) -> None:
+    """The agent function imports and is async; the tasks file reads (one line each otherwise)."""
+    try:
+        from streamrl.agents import AgentLoadError, load_agent, read_tasks
+    except ImportError as error:
+        raise ConfigError(f"agent.function: the endpoint needs fastapi, uvicorn and openai ({error}); "
+                          "pip install 'streamrl[agents]'") from None
+    try:
+        load_agent(str(config.agent.function))
+        read_tasks(str(config.agent.tasks))
+    except AgentLoadError as error:
+        raise ConfigError(str(error)) from None
+    low, high = config.agent.reward_range
+    if not low < high:
+        raise ConfigError(f"agent.reward_range: must be (low, high) with low < high, got {config.agent.reward_range}")
 
 
 def _entry(name: str) -> Any:

@@ -1,0 +1,168 @@
+"""Training an agent function: ``async def run(client, task) -> float``.
+
+``AgentBackend`` is an ``EpisodeBackend``: for each dispatched task it opens a session on an
+in-process endpoint, hands the agent an ``openai.AsyncOpenAI`` client bound to that session
+(``base_url`` .../sessions/<id>/v1, the id as API key), awaits its reward (the return value, or what
+it posted to ``/sessions/<id>/reward``), and returns the session as a trajectory. An agent that
+raises, overruns ``timeout_s`` or gives no finite reward ends its episode with ``agent_error``,
+``agent_timeout`` or ``no_reward`` and the reason text; such an episode has no outcome and is not
+trained on. The dispatcher is unchanged: SPO++'s sampler and frozen baselines choose tasks as they
+choose prompts, GRPO's groups replay them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import json
+import math
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from streamrl.agents.server import Endpoint, EndpointServer, EndpointSettings, build_app
+from streamrl.agents.sessions import Session, to_trajectory
+from streamrl.policy.api import InferenceEngine
+from streamrl.policy.tool_format import ToolFormat
+from streamrl.rollout.trajectory import DispatchRecord, Trajectory
+
+AgentFunction = Callable[[Any, dict[str, Any]], Awaitable[Any]]
+
+
+class AgentLoadError(ValueError):
+    """``--agent`` or ``--tasks`` names something that cannot be loaded; the message says what."""
+
+
+def load_agent(spec: str) -> AgentFunction:
+    """``path/to/file.py:function`` or ``package.module:function`` -> the async function."""
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise AgentLoadError(f"agent.function: {spec!r} must look like path/to/agent.py:run or package.module:run")
+    try:
+        if where.endswith(".py"):
+            path = Path(where).expanduser()
+            if not path.is_file():
+                raise AgentLoadError(f"agent.function: no file {path}")
+            module_spec = importlib.util.spec_from_file_location(f"streamrl_agent_{path.stem}", path)
+            module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
+            sys.modules[module_spec.name] = module  # type: ignore[union-attr]
+            module_spec.loader.exec_module(module)  # type: ignore[union-attr]
+        else:
+            module = importlib.import_module(where)
+    except AgentLoadError:
+        raise
+    except Exception as error:
+        raise AgentLoadError(f"agent.function: cannot import {where} ({type(error).__name__}: {error})") from None
+    function = getattr(module, name, None)
+    if function is None or not asyncio.iscoroutinefunction(function):
+        raise AgentLoadError(f"agent.function: {where} has no async function {name!r} (async def {name}(client, task) -> float)")
+    return function
+
+
+def read_tasks(path: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """A JSONL file of tasks (one JSON object per line) -> tasks by split. Each task gets an ``id``
+    (its own ``id``, else ``<split>/<n>``); ``split`` defaults to ``train``."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise AgentLoadError(f"agent.tasks: no file {path}")
+    splits: dict[str, list[dict[str, Any]]] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            task = json.loads(line)
+        except ValueError as error:
+            raise AgentLoadError(f"agent.tasks: {path}:{number} is not JSON ({error})") from None
+        if not isinstance(task, dict):
+            raise AgentLoadError(f"agent.tasks: {path}:{number} must be a JSON object")
+        split = str(task.get("split", "train"))
+        rows = splits.setdefault(split, [])
+        task = {**task, "id": str(task.get("id", f"{split}/{len(rows)}"))}
+        rows.append(task)
+    if not splits.get("train"):
+        raise AgentLoadError(f"agent.tasks: {path} has no training task (rows without split, or split 'train')")
+    return splits
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    timeout_s: float = 300.0
+    #: the sampling every session uses, whatever the agent asks (None: the agent's own)
+    temperature: float | None = 1.0
+    top_p: float | None = 1.0
+    max_new_tokens: int = 256
+
+
+class AgentBackend:
+    """Episodes played by an agent function against an in-process endpoint over ``engine``."""
+
+    def __init__(self, engine: InferenceEngine, codec: Any, tool_format: ToolFormat, agent: AgentFunction,
+                 tasks: list[dict[str, Any]], settings: AgentSettings = AgentSettings()):
+        self.engine = engine
+        self.agent = agent
+        self.tasks = {task["id"]: task for task in tasks}
+        self.settings = settings
+        self.endpoint = Endpoint(engine, codec, tool_format, settings=EndpointSettings(max_new_tokens=settings.max_new_tokens))
+        self.server: EndpointServer | None = None
+
+    @property
+    def version(self) -> int:
+        return self.engine.version
+
+    async def start(self, log: Any = None) -> None:
+        if self.server is None:
+            self.server = await EndpointServer(build_app(self.endpoint)).start()
+
+    async def play(self, record: DispatchRecord) -> tuple[Trajectory, str]:
+        import openai
+
+        await self.start()
+        assert self.server is not None
+        task = self.tasks[record.prompt_id]
+        session = self.endpoint.sessions.open(Session(uuid.uuid4().hex, record, task, self.settings.temperature, self.settings.top_p))
+        client = openai.AsyncOpenAI(base_url=f"{self.server.url}/sessions/{session.id}/v1", api_key=session.id,
+                                    max_retries=1, timeout=self.settings.timeout_s)
+        end_reason, error = "terminated", None
+        try:
+            returned = await asyncio.wait_for(self.agent(client, dict(task)), self.settings.timeout_s)
+            if returned is not None:
+                if isinstance(returned, bool) or not isinstance(returned, (int, float)) or not math.isfinite(returned):
+                    raise ValueError(f"the agent returned {returned!r}, not a finite number")
+                session.finished_reward(float(returned))
+            if session.reward is None:
+                end_reason, error = "no_reward", "the agent returned None and posted no reward"
+        except asyncio.TimeoutError:
+            end_reason, error = "agent_timeout", f"the agent ran past {self.settings.timeout_s:g} s"
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # an agent's failure ends its episode, never the training
+            end_reason, error = "agent_error", f"{type(exc).__name__}: {exc}"
+        finally:
+            self.endpoint.sessions.close(session.id)
+            await client.close()
+        return to_trajectory(session, end_reason, error), "agent"
+
+    async def play_all(self, task_ids: list[str], *, concurrency: int, request_prefix: str) -> list[Trajectory]:
+        """Each task once, at most ``concurrency`` at a time, outside the training stream (evaluation,
+        an algorithm's warm start); results in ``task_ids`` order."""
+        slots = asyncio.Semaphore(concurrency)
+
+        async def one(index: int, task_id: str) -> Trajectory:
+            async with slots:
+                record = DispatchRecord(request_id=f"{request_prefix}-{index}", prompt_id=task_id, seq=index, policy_version=self.version)
+                return (await self.play(record))[0]
+
+        return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(task_ids))))
+
+    def publish(self, version: int) -> None:
+        return None  # the trainer updated the engine's weights itself
+
+    async def close(self, timeout_s: float = 5.0) -> list[str]:
+        if self.server is not None:
+            await self.server.close()
+            self.server = None
+        return []

@@ -1,0 +1,47 @@
+"""Training an agent function instead of an environment (``agent.function``, ``--agent``): the
+tasks, the rollout backend and evaluation, built from the configuration (docs/agents.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamrl.policy.api import InferenceEngine
+from streamrl.policy.tool_format import resolve_tool_format
+from streamrl.train.config import Config
+
+
+def agent_tasks(config: Config) -> dict[str, list[dict[str, Any]]]:
+    from streamrl.agents import read_tasks
+
+    assert config.agent.tasks is not None
+    return read_tasks(config.agent.tasks)
+
+
+def agent_backend(config: Config, engine: InferenceEngine, policy: Any, split: str = "train",
+                  temperature: float | None = None) -> Any:
+    """An ``AgentBackend`` playing ``split``'s tasks at the rollout's sampling (``temperature``: another)."""
+    from streamrl.agents import AgentBackend, AgentSettings, load_agent
+
+    assert config.agent.function is not None
+    rollout = config.rollout
+    settings = AgentSettings(timeout_s=config.agent.timeout_s,
+                             temperature=rollout.temperature if temperature is None else temperature,
+                             top_p=rollout.top_p, max_new_tokens=rollout.max_new_tokens)
+    tasks = agent_tasks(config)
+    return AgentBackend(engine, policy, resolve_tool_format(policy, config.model.tool_format)[0],
+                        load_agent(config.agent.function), tasks[split] if split in tasks else tasks["train"], settings)
+
+
+def eval_split(config: Config) -> str:
+    """The agent's held-out tasks: the file's ``test`` rows (else its training rows)."""
+    return "test" if "test" in agent_tasks(config) else "train"
+
+
+async def play_agent(config: Config, engine: InferenceEngine, policy: Any, task_ids: list[str], request_prefix: str,
+                     split: str = "train", temperature: float | None = None) -> list[Any]:
+    backend = agent_backend(config, engine, policy, split, temperature)
+    try:
+        return await backend.play_all(task_ids, concurrency=config.eval.concurrency or config.rollout.concurrency,
+                                      request_prefix=request_prefix)
+    finally:
+        await backend.close()
