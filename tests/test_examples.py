@@ -50,3 +50,29 @@ def test_the_math_tools_config_records_tool_calls_and_tool_results(tmp_path):
         assert roles == ({"tool"} if turn["tool_calls"] else {"user"})
     shown = _run([sys.executable, "-m", "streamrl", "show", str(run), "--last", "1"], cwd=ROOT)
     assert "[turn 1] model" in shown and "Call the python tool" in shown
+
+
+def test_the_openai_agent_example_trains_through_the_endpoint(tmp_path):
+    """docs/agents.md's command, cut short: the sessions are in events.jsonl and samples.jsonl."""
+    run = tmp_path / "run"
+    out = _run([sys.executable, "-m", "streamrl", "train", "--config", "smoke", "--agent", "examples/openai_agent.py:run",
+                "--tasks", "examples/pick_tasks.jsonl", "train.steps=2", "env.eval_tasks=4", "--out", str(run)], cwd=ROOT)
+    assert "after 2 RL steps" in out
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    results = [e for e in events if e["event"] == "result"]
+    assert len(results) >= 16 and all(e["prompt_id"].startswith("train/") for e in results)
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    evaluated = [s for s in samples if s["kind"] == "eval"]
+    assert len(evaluated) == 8 and all(s["task_id"].startswith("test/") for s in evaluated)
+    assert all(turn["action_text"] is not None for s in samples for turn in s["turns"])
+
+
+def test_a_langgraph_agent_trains_through_the_endpoint(tmp_path):
+    """A framework nobody here wrote drives the endpoint: LangGraph's ReAct agent over ChatOpenAI."""
+    run = tmp_path / "run"
+    out = _run([sys.executable, "-m", "streamrl", "train", "--config", "smoke", "--agent", "examples/langgraph_agent.py:run",
+                "--tasks", "examples/pick_tasks.jsonl", "train.steps=2", "env.eval_tasks=4", "--out", str(run)], cwd=ROOT)
+    assert "after 2 RL steps" in out
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert samples and all(s["end_reason"] in ("terminated", "agent_error") for s in samples)
+    assert sum(s["end_reason"] == "terminated" for s in samples) >= len(samples) // 2

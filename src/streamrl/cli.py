@@ -154,6 +154,48 @@ def safe_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "-" for c in name)
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """The endpoint alone (``--train``: learning from the sessions that agents elsewhere claim)."""
+    if args.token:
+        os.environ["STREAMRL_ENDPOINT_TOKEN"] = args.token
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not os.environ.get("STREAMRL_ENDPOINT_TOKEN"):
+        raise CLIError(f"--host {args.host}: serving beyond this machine needs --token (a bearer token every request must carry)")
+    if args.train:
+        if not args.tasks:
+            raise CLIError("--train: needs --tasks FILE.jsonl (the tasks agents claim with POST /sessions/next)")
+        args.overrides = [*args.overrides, "agent.external=true", f"agent.tasks={args.tasks}", f"agent.host={args.host}",
+                          f"agent.port={args.port}", "train.eval_at_start=false"]
+        args.resume = args.overwrite = False
+        return cmd_train(args)
+
+    from streamrl.agents import Endpoint, EndpointServer, EndpointSettings, build_app
+    from streamrl.policy.engines import make_engine
+    from streamrl.policy.tool_format import resolve_tool_format
+    from streamrl.train.run import load_run_policy
+
+    config = _config(args)
+    policy = load_run_policy(config, None)
+
+    async def serve() -> None:
+        engine = make_engine(config.model.engine, policy, seed=config.train.seed, threads=config.model.threads)
+        endpoint = Endpoint(engine, policy, resolve_tool_format(policy, config.model.tool_format)[0],
+                            settings=EndpointSettings(max_new_tokens=config.rollout.max_new_tokens,
+                                                      token=os.environ.get("STREAMRL_ENDPOINT_TOKEN") or None))
+        server = await EndpointServer(build_app(endpoint), args.host, args.port).start()
+        print(f"serving {config.model.init_from or config.model.spec} at {server.url}/v1 (Ctrl-C stops)", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await server.close()
+            await engine.close()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from streamrl.train.compare import run_comparison
 
@@ -349,6 +391,16 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--tasks", type=int, help="evaluate on the first N tasks only")
     evaluate.add_argument("--json", help="also write the result to this JSON file")
     evaluate.set_defaults(func=cmd_eval)
+
+    serve = sub.add_parser("serve", help="an OpenAI-compatible endpoint over the policy (--train: learn from its sessions)")
+    with_config(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; another needs --token)")
+    serve.add_argument("--port", type=int, default=8011, help="port (default 8011; 0: a free one)")
+    serve.add_argument("--token", help="bearer token requests must carry (or $STREAMRL_ENDPOINT_TOKEN)")
+    serve.add_argument("--train", action="store_true", help="train on sessions agents claim with POST /sessions/next")
+    serve.add_argument("--tasks", help="with --train: JSONL file of tasks to dispatch")
+    serve.add_argument("--algo", choices=ALGORITHMS, help="with --train: algorithm (overrides algo.name)")
+    serve.set_defaults(func=cmd_serve)
 
     compare = sub.add_parser("compare", help="paired-seed comparison of algorithm configurations")
     with_config(compare)

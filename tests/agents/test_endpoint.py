@@ -251,3 +251,39 @@ def test_an_agent_episode_ends_with_a_reason_never_an_exception(agent, reason, o
         assert len(backend.endpoint.sessions) == 0  # closed, whatever happened
 
     asyncio.run(main())
+
+
+def test_an_external_agent_claims_a_dispatched_task_and_reports_its_reward():
+    """``streamrl serve --train``: the dispatcher's task waits for an agent elsewhere to claim it."""
+    import httpx
+
+    from streamrl.agents.runner import ExternalAgentBackend
+
+    async def main():
+        codec = CharCodec()
+        backend = ExternalAgentBackend(ScriptedEngine(scripted, codec), codec, resolve_tool_format(codec)[0],
+                                       [{"id": "train/0", "prompt": "hi"}, {"id": "train/1", "prompt": "yo"}],
+                                       AgentSettings(timeout_s=5))
+        await backend.start()
+        try:
+            async def elsewhere():
+                async with httpx.AsyncClient() as http:
+                    claimed = (await http.post(f"{backend.server.url}/sessions/next?wait=5")).json()
+                    assert claimed["task"] == {"id": "train/1", "prompt": "yo"}
+                    client = openai.AsyncOpenAI(base_url=claimed["base_url"], api_key=claimed["api_key"], max_retries=0)
+                    await client.chat.completions.create(model="m", messages=[{"role": "user", "content": claimed["task"]["prompt"]}])
+                    await client.close()
+                    await http.post(f"{backend.server.url}/sessions/{claimed['session_id']}/reward", json={"reward": 1.0})
+                    # nothing else dispatched: an empty answer, not an error
+                    assert (await http.post(f"{backend.server.url}/sessions/next?wait=0")).status_code == 204
+
+            (trajectory, worker), _ = await asyncio.gather(backend.play(record(1)), elsewhere())
+            assert trajectory.end_reason == "terminated" and trajectory.outcome == 1.0 and worker == "external"
+            assert len(trajectory.turns) == 1
+            backend.settings = AgentSettings(timeout_s=0.2)
+            unclaimed, _ = await backend.play(record(0))
+            assert unclaimed.end_reason == "agent_timeout" and unclaimed.outcome is None
+        finally:
+            await backend.close()
+
+    asyncio.run(main())

@@ -166,3 +166,68 @@ class AgentBackend:
             await self.server.close()
             self.server = None
         return []
+
+
+class ExternalAgentBackend:
+    """Episodes played by agents outside this process (``streamrl serve --train``): each dispatched
+    task opens a session that an agent claims with ``POST /sessions/next`` (it gets the task, the
+    session's ``base_url`` and API key), talks to through the endpoint, and ends by posting its reward
+    to ``/sessions/<id>/reward``. A task nobody claims, or a session without a reward, within
+    ``timeout_s`` ends with ``agent_timeout`` (not trained on)."""
+
+    def __init__(self, engine: InferenceEngine, codec: Any, tool_format: ToolFormat, tasks: list[dict[str, Any]],
+                 settings: AgentSettings = AgentSettings(), host: str = "127.0.0.1", port: int = 0, token: str | None = None):
+        self.engine = engine
+        self.tasks = {task["id"]: task for task in tasks}
+        self.settings = settings
+        self.endpoint = Endpoint(engine, codec, tool_format,
+                                 settings=EndpointSettings(max_new_tokens=settings.max_new_tokens, token=token))
+        self.pending: asyncio.Queue[Session] = asyncio.Queue()
+        self._rewarded: dict[str, asyncio.Event] = {}
+        self.server = EndpointServer(build_app(self.endpoint, on_reward=self._on_reward, claim=self._claim), host, port)
+        self._started = False
+
+    @property
+    def version(self) -> int:
+        return self.engine.version
+
+    async def start(self, log: Any = None) -> None:
+        if not self._started:
+            await self.server.start()
+            self._started = True
+
+    async def _claim(self, wait_s: float) -> Session | None:
+        try:
+            return await asyncio.wait_for(self.pending.get(), wait_s)
+        except asyncio.TimeoutError:
+            return None
+
+    def _on_reward(self, session: Session) -> None:
+        event = self._rewarded.get(session.id)
+        if event is not None:
+            event.set()
+
+    async def play(self, record: DispatchRecord) -> tuple[Trajectory, str]:
+        await self.start()
+        session = self.endpoint.sessions.open(Session(uuid.uuid4().hex, record, self.tasks[record.prompt_id],
+                                                      self.settings.temperature, self.settings.top_p))
+        event = self._rewarded[session.id] = asyncio.Event()
+        await self.pending.put(session)
+        end_reason, error = "terminated", None
+        try:
+            await asyncio.wait_for(event.wait(), self.settings.timeout_s)
+        except asyncio.TimeoutError:
+            end_reason, error = "agent_timeout", f"no reward within {self.settings.timeout_s:g} s"
+        finally:
+            self._rewarded.pop(session.id, None)
+            self.endpoint.sessions.close(session.id)
+        return to_trajectory(session, end_reason, error), "external"
+
+    def publish(self, version: int) -> None:
+        return None
+
+    async def close(self, timeout_s: float = 5.0) -> list[str]:
+        if self._started:
+            await self.server.close()
+            self._started = False
+        return []

@@ -11,6 +11,8 @@ Routes (FastAPI):
 * ``GET /v1/models`` (and under a session).
 * ``POST /sessions/{id}/reward``: ``{"reward": float}`` ends the episode's scoring; ``{"reward": r,
   "call": k}`` rewards one call.
+* ``POST /sessions/next?wait=30`` (``streamrl serve --train``): claim the next dispatched task; the answer
+  holds the session's ``base_url``, ``api_key`` and ``task`` (204: nothing yet, ask again).
 
 Every bad request is answered with an OpenAI-style error object and a 4xx status; request bodies
 are bounded (``max_request_bytes``). Generation goes through the ``InferenceEngine`` protocol, so the
@@ -245,8 +247,10 @@ def stream_chunks(response: dict[str, Any]) -> list[dict[str, Any]]:
     return chunks
 
 
-def build_app(endpoint: Endpoint, on_reward: Callable[[Session], None] | None = None) -> Any:
-    """The FastAPI application over ``endpoint``."""
+def build_app(endpoint: Endpoint, on_reward: Callable[[Session], None] | None = None,
+              claim: Callable[[float], Any] | None = None) -> Any:
+    """The FastAPI application over ``endpoint``. ``on_reward`` hears each session's final reward;
+    ``claim(wait_s)`` (``streamrl serve --train``) hands out the next dispatched session, or None."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, Response, StreamingResponse
     from starlette.requests import ClientDisconnect
@@ -306,6 +310,23 @@ def build_app(endpoint: Endpoint, on_reward: Callable[[Session], None] | None = 
     @app.get("/sessions/{session_id}/v1/models")
     async def models(session_id: str | None = None) -> Any:
         return {"object": "list", "data": [{"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "streamrl"}]}
+
+    @app.post("/sessions/next")
+    async def next_session(request: Request) -> Any:
+        if claim is None:
+            return error(RequestError("this endpoint hands out no tasks (start it with streamrl serve --train)", None, 404,
+                                      "not_found_error"))
+        if endpoint.settings.token is not None and bearer(request) != endpoint.settings.token:
+            return error(RequestError("a valid bearer token is required", None, 401, "authentication_error"))
+        wait = request.query_params.get("wait", "30")
+        try:
+            session = await claim(min(max(float(wait), 0.0), 300.0))
+        except ValueError:
+            return error(RequestError("wait must be a number of seconds", "wait"))
+        if session is None:
+            return Response(status_code=204)  # nothing dispatched yet: ask again
+        return {"session_id": session.id, "base_url": f"{str(request.base_url).rstrip('/')}/sessions/{session.id}/v1",
+                "api_key": session.id, "task": session.task}
 
     @app.post("/sessions/{session_id}/reward")
     async def reward(session_id: str, request: Request) -> Any:

@@ -32,6 +32,21 @@ def agent_backend(config: Config, engine: InferenceEngine, policy: Any, split: s
                         load_agent(config.agent.function), tasks[split] if split in tasks else tasks["train"], settings)
 
 
+def external_backend(config: Config, engine: InferenceEngine, policy: Any) -> Any:
+    """The endpoint of ``streamrl serve --train``: agents elsewhere claim the dispatched tasks."""
+    import os
+
+    from streamrl.agents import AgentSettings
+    from streamrl.agents.runner import ExternalAgentBackend
+
+    rollout = config.rollout
+    settings = AgentSettings(timeout_s=config.agent.timeout_s, temperature=rollout.temperature, top_p=rollout.top_p,
+                             max_new_tokens=rollout.max_new_tokens)
+    return ExternalAgentBackend(engine, policy, resolve_tool_format(policy, config.model.tool_format)[0],
+                                agent_tasks(config)["train"], settings, config.agent.host, config.agent.port,
+                                os.environ.get("STREAMRL_ENDPOINT_TOKEN") or None)
+
+
 def eval_split(config: Config) -> str:
     """The agent's held-out tasks: the file's ``test`` rows (else its training rows)."""
     return "test" if "test" in agent_tasks(config) else "train"

@@ -7,7 +7,7 @@ from typing import Any
 
 from streamrl.policy.api import InferenceEngine
 from streamrl.rollout import EpisodeBackend, EpisodeSettings, WorkerSpec, make_backend
-from streamrl.train.agent_mode import agent_backend
+from streamrl.train.agent_mode import agent_backend, external_backend
 from streamrl.train.config import Config
 from streamrl.train.run import policy_source
 
@@ -29,6 +29,8 @@ def rollout_backend(config: Config, episode: EpisodeSettings, engine: InferenceE
                     engine_threads: int | None) -> EpisodeBackend:
     if config.agent.function:  # the user's agent plays, through the endpoint over the trainer's engine
         return agent_backend(config, engine, policy)
+    if config.agent.external:  # agents elsewhere claim the tasks (streamrl serve --train)
+        return external_backend(config, engine, policy)
     return make_backend(
         config.rollout.backend, worker_spec(config, episode, engine_threads), concurrency=config.rollout.concurrency,
         engine=engine, codec=policy, weights=policy.state_dict_for_engine, workers=config.rollout.workers,

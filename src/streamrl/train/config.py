@@ -223,6 +223,11 @@ class AgentConfig(Section):
     timeout_s: Float = Field(300.0, gt=0.0)
     #: what the agent's rewards range over (SPO++'s prior and baselines)
     reward_range: tuple[Float, Float] = (0.0, 1.0)
+    #: agents in other processes claim the tasks (``streamrl serve --train``) instead of ``function``
+    external: StrictBool = False
+    #: where the endpoint listens (another host than 127.0.0.1 needs $STREAMRL_ENDPOINT_TOKEN)
+    host: str = "127.0.0.1"
+    port: StrictInt = Field(0, ge=0, le=65535)
 
 
 class Config(Section):
@@ -247,8 +252,12 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _agent_has_tasks(self) -> Config:
-        if (self.agent.function is None) != (self.agent.tasks is None):
-            raise ValueError("agent.function and agent.tasks (--agent and --tasks) go together")
+        agent = self.agent
+        if agent.function is not None and agent.external:
+            raise ValueError("agent.function and agent.external exclude each other (one trains an agent function, "
+                             "the other agents that claim tasks from the endpoint)")
+        if (agent.function is not None or agent.external) != (agent.tasks is not None):
+            raise ValueError("agent.tasks (--tasks) goes with agent.function (--agent) or agent.external (serve --train)")
         return self
 
     @model_validator(mode="after")

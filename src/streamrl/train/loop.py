@@ -62,7 +62,8 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
     stall = StallWatch()
 
     learner_threads, engine_threads = thread_split(config)
-    if state is None and config.sft.demos > 0 and config.model.init_from is None and not config.agent.function:
+    agents = bool(config.agent.function or config.agent.external)
+    if state is None and config.sft.demos > 0 and config.model.init_from is None and not agents:
         demos, heldout = await demonstrations_and_heldout(config, policy)
         torch.set_num_threads(learner_threads + engine_threads)  # nothing else runs during SFT
         summary["sft"] = behaviour_cloning(config, policy, demos, log=lambda s, m: logger.log(s, m, "sft"), heldout=heldout)
@@ -90,7 +91,8 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
             echo(f"eval at step {run.step}: success {metrics['success']:.3f}")
         return metrics
 
-    if state is None and config.train.eval_at_start:
+    evaluates = not config.agent.external  # agents in other processes play only what the trainer dispatches
+    if state is None and config.train.eval_at_start and evaluates:
         summary["eval_before"] = await evaluate_and_log("eval-v0")
         echo(f"eval before RL: success {summary['eval_before']['success']:.3f}")
 
@@ -125,13 +127,14 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
                 if config.logging.samples_every and run.step % config.logging.samples_every == 0:
                     chosen = mixed_selection(batch, config.logging.samples_per_step)
                     samples.write(chosen, kind="train", step=run.step, advantages=learner.last_advantages)
-                if config.train.eval_every and run.step % config.train.eval_every == 0 and run.step < config.train.steps:
+                if evaluates and config.train.eval_every and run.step % config.train.eval_every == 0 and run.step < config.train.steps:
                     await evaluate_and_log(f"eval-v{run.version}")
                 if config.train.checkpoint_every and run.step % config.train.checkpoint_every == 0:
                     ws.save(run, policy, learner, rollout, logger)
             ws.save(run, policy, learner, rollout, logger)
         progress.close()
-        summary["eval_after"] = await evaluate_and_log(f"eval-v{run.version}-final")
+        if evaluates:
+            summary["eval_after"] = await evaluate_and_log(f"eval-v{run.version}-final")
     finally:
         progress.close()
         await engine.close()
@@ -147,7 +150,7 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
 
 def training_tasks(config: Config) -> tuple[list[str], tuple[float, float]]:
     """The prompt pool (task ids) and the reward range: the environment's, or the agent's tasks."""
-    if config.agent.function:
+    if config.agent.function or config.agent.external:
         return [task["id"] for task in agent_tasks(config)["train"]], tuple(config.agent.reward_range)
     env = make(config.env.name, **config.env.options)
     try:

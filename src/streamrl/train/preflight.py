@@ -8,6 +8,7 @@ device and the optional logging packages. Nothing is loaded but the environment 
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,7 +29,7 @@ def preflight(config: Config, *, demonstrations: bool = False, warn: Callable[[s
     from streamrl.envs.registry import EnvOptionError, build
 
     check_model(config)
-    if config.agent.function:
+    if config.agent.function or config.agent.external:
         _check_agent(config)
         _check_logging(config, warn)
         return
@@ -61,10 +62,16 @@ def _check_agent(config: Config) -> None:
         raise ConfigError(f"agent.function: the endpoint needs fastapi, uvicorn and openai ({error}); "
                           "pip install 'streamrl[agents]'") from None
     try:
-        load_agent(str(config.agent.function))
+        if config.agent.function:
+            load_agent(config.agent.function)
         read_tasks(str(config.agent.tasks))
     except AgentLoadError as error:
         raise ConfigError(str(error)) from None
+    if config.agent.external and getattr(config.algo, "offline_samples", 0):
+        raise ConfigError("algo.offline_samples: an offline prior plays episodes itself, which needs agent.function")
+    if config.agent.host not in ("127.0.0.1", "localhost", "::1") and not os.environ.get("STREAMRL_ENDPOINT_TOKEN"):
+        raise ConfigError(f"agent.host: serving on {config.agent.host} needs a bearer token (--token or "
+                          "$STREAMRL_ENDPOINT_TOKEN); without one, bind 127.0.0.1")
     low, high = config.agent.reward_range
     if not low < high:
         raise ConfigError(f"agent.reward_range: must be (low, high) with low < high, got {config.agent.reward_range}")
