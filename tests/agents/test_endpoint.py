@@ -287,3 +287,52 @@ def test_an_external_agent_claims_a_dispatched_task_and_reports_its_reward():
             await backend.close()
 
     asyncio.run(main())
+
+
+def test_serve_train_learns_from_an_agent_in_another_process(tmp_path):
+    """``streamrl serve --train``: the trainer dispatches, this test plays the agent elsewhere."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import httpx
+
+    root = Path(__file__).resolve().parents[2]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamrl", "serve", "--config", "smoke", "--train", "--tasks", "examples/pick_tasks.jsonl",
+         "--port", "0", "train.steps=2", "train.batch_size=2", "rollout.concurrency=2", "--out", str(tmp_path / "run")],
+        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = None
+        for line in process.stdout:
+            found = re.search(r"POST (http://\S+)/sessions/next", line)
+            if found:
+                url = found.group(1)
+                break
+        assert url, "the endpoint's address was never printed"
+        played = 0
+        with httpx.Client(timeout=30) as http:
+            while process.poll() is None and played < 8:
+                try:
+                    answer = http.post(f"{url}/sessions/next?wait=2")
+                except httpx.TransportError:  # the trainer finished and the endpoint closed
+                    break
+                if answer.status_code == 204:
+                    continue
+                claimed = answer.json()
+                client = openai.OpenAI(base_url=claimed["base_url"], api_key=claimed["api_key"], max_retries=0)
+                try:
+                    client.chat.completions.create(model="m", max_tokens=4,
+                                                   messages=[{"role": "user", "content": claimed["task"]["prompt"]}])
+                    http.post(f"{url}/sessions/{claimed['session_id']}/reward", json={"reward": float(played % 2)})
+                except (openai.NotFoundError, openai.APIConnectionError, httpx.TransportError):
+                    break  # the trainer finished meanwhile and closed the session
+                played += 1
+        output = process.communicate(timeout=120)[0]
+        assert process.returncode == 0, output
+        assert played >= 4
+        summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+        assert summary["steps"] == 2 and summary["trajectories"] == 4
+    finally:
+        process.kill()

@@ -195,12 +195,18 @@ class ExternalAgentBackend:
         if not self._started:
             await self.server.start()
             self._started = True
+            print(f"agents claim tasks at POST {self.server.url}/sessions/next", flush=True)
 
     async def _claim(self, wait_s: float) -> Session | None:
-        try:
-            return await asyncio.wait_for(self.pending.get(), wait_s)
-        except asyncio.TimeoutError:
-            return None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while True:
+            try:
+                session = await asyncio.wait_for(self.pending.get(), max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                return None
+            if not session.closed:  # a dispatch the trainer gave up on (timed out, shut down) is skipped
+                return session
 
     def _on_reward(self, session: Session) -> None:
         event = self._rewarded.get(session.id)

@@ -119,6 +119,8 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
                 engine.update_weights(policy.state_dict_for_engine(), run.version)
                 rollout.publish(run.version)
                 metrics.update(run.metrics(), **_rollout_metrics(rollout.stats()))
+                if agents:  # calls whose prompt did not extend the transcript (trained per step)
+                    metrics["prefix_breaks"] = float(sum(t.info.get("prefix_breaks", 0) for t in batch))
                 logger.log(run.step, metrics)
                 progress.update(run.step, metrics)
                 warning = stall.update(run.step, metrics)
