@@ -457,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     from streamrl.envs.registry import EnvOptionError
     from streamrl.policy.errors import ChatTemplateError, MissingDependencyError, PolicyLoadError
     from streamrl.rollout import DeadEnvironmentError
-    from streamrl.train.errors import TrainingError
+    from streamrl.train.errors import TrainingError, TrainingInterrupted
     from streamrl.train.run import RunFolderError
 
     try:
@@ -469,6 +469,9 @@ def main(argv: list[str] | None = None) -> int:
     except (TrainingError, DeadEnvironmentError) as error:  # training stopped itself: one line, status 1
         print(f"streamrl {args.command}: error: {one_line(error)}", file=sys.stderr)
         return 1
+    except TrainingInterrupted as stopped:  # SIGTERM / SIGINT after a checkpoint
+        print(f"streamrl {args.command}: {stopped}", file=sys.stderr)
+        return 128 + stopped.signal_number
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

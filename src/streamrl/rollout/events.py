@@ -63,7 +63,19 @@ def result_fields(trajectory: Trajectory) -> dict[str, Any]:
     return {"request_id": trajectory.request_id, "prompt_id": trajectory.prompt_id, "group_id": trajectory.group_id,
             "end_reason": trajectory.end_reason, "outcome": trajectory.outcome, "turns": len(trajectory.turns),
             "num_action_tokens": trajectory.num_action_tokens, "dispatch_version": trajectory.dispatch.policy_version,
-            "turn_versions": trajectory.turn_versions, "duration_s": trajectory.duration_s}
+            "turn_versions": trajectory.turn_versions, "duration_s": trajectory.duration_s,
+            "error": clipped(trajectory.error, ERROR_CHARS)}
+
+
+#: the longest error text an event keeps (a traceback's last line is what matters)
+ERROR_CHARS = 500
+
+
+def clipped(text: str | None, limit: int) -> str | None:
+    """``text`` cut to ``limit`` characters, the cut marked with how much was dropped."""
+    if text is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit} more characters cut]"
 
 
 def read_events(path: str | Path) -> list[dict[str, Any]]:

@@ -196,6 +196,8 @@ class LoggingConfig(Section):
     samples_every: StrictInt = Field(10, ge=0)
     #: trajectories written each time, successes and failures alternated
     samples_per_step: StrictInt = Field(4, ge=1)
+    #: longest observation, action or error text kept per turn in samples.jsonl (the cut is marked)
+    sample_text_chars: StrictInt = Field(4000, ge=100)
 
 
 class SandboxConfig(Section):

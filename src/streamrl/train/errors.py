@@ -9,3 +9,15 @@ class TrainingError(RuntimeError):
 
 class NonFiniteError(TrainingError):
     """A loss, gradient norm or parameter became NaN or infinite; nothing of it was saved."""
+
+
+class TrainingInterrupted(Exception):
+    """SIGTERM or SIGINT stopped training after a learner step, whose checkpoint was written."""
+
+    def __init__(self, signal_number: int, step: int, out_dir: str):
+        import signal
+
+        self.signal_number, self.step = signal_number, step
+        name = signal.Signals(signal_number).name
+        super().__init__(f"stopped by {name} after step {step} (checkpoint written); "
+                         f"continue with: streamrl train --out {out_dir} --resume")

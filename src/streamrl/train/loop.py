@@ -27,13 +27,14 @@ from streamrl.train.allocator import keep_freed_memory
 from streamrl.train.assemble import make_learner
 from streamrl.train.backends import rollout_backend
 from streamrl.train.config import Config
-from streamrl.train.errors import TrainingError
+from streamrl.train.errors import TrainingError, TrainingInterrupted
 from streamrl.train.resources import check_resources
 from streamrl.train.evaluate import episode_runner, episode_settings, evaluate
 from streamrl.train.progress import Progress, StallWatch
 from streamrl.train.report import write_report
 from streamrl.train.run import RunState, Workspace, load_run_policy, model_line, model_record
 from streamrl.train.samples import mixed_selection
+from streamrl.train.signals import GracefulStop
 from streamrl.train.sft import behaviour_cloning, demonstrations_and_heldout
 
 
@@ -45,6 +46,13 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
     keep_freed_memory()  # every update reuses its tensors' memory instead of faulting it in again
     check_resources(config)  # a run that cannot fit in memory is refused before any work
     ws = Workspace(Path(out_dir), config, echo, resume=resume, overwrite=overwrite)
+    try:
+        return await _train(config, ws, echo)
+    finally:
+        ws.release()
+
+
+async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
     finished = ws.finished()
     if finished is not None:
         echo(f"resume: the run in {ws.root} already finished at step {ws.checkpoint.step}; nothing to do")
@@ -110,7 +118,7 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
         rollout.load_state_dict(state["rollout"])
     progress = Progress(config.train.steps, run.step, enabled=config.logging.progress, echo=echo)
     try:
-        async with rollout:
+        async with rollout, GracefulStop() as stop:
             while run.step < config.train.steps:
                 batch = await rollout.next_batch()  # a dead environment stops here (DeadEnvironmentError)
                 require_outcomes(batch, run.step + 1)
@@ -131,6 +139,9 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
                     samples.write(chosen, kind="train", step=run.step, advantages=learner.last_advantages)
                 if evaluates and config.train.eval_every and run.step % config.train.eval_every == 0 and run.step < config.train.steps:
                     await evaluate_and_log(f"eval-v{run.version}")
+                if stop.requested is not None:  # SIGTERM / SIGINT: keep this step, then stop
+                    ws.save(run, policy, learner, rollout, logger)
+                    raise TrainingInterrupted(stop.requested, run.step, str(ws.root))
                 if config.train.checkpoint_every and run.step % config.train.checkpoint_every == 0:
                     ws.save(run, policy, learner, rollout, logger)
             ws.save(run, policy, learner, rollout, logger)

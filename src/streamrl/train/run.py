@@ -121,10 +121,41 @@ class RunFolderError(ValueError):
     """A run folder that cannot be used as asked: one line, exit status 2."""
 
 
+#: the file a training process holds an exclusive OS lock on for its whole life (released by the
+#: kernel however the process ends, SIGKILL included); it names the holder's pid
+LOCK_FILE = ".lock"
+#: what a run that failed before its first step leaves: such a folder is reused without --overwrite
+LEFT_BEFORE_STEP_ONE = {"config.yaml", LOCK_FILE, "metrics.jsonl", "events.jsonl", "samples.jsonl"}
+
+
+def lock_folder(root: Path) -> int:
+    """Hold ``root``'s lock (creating the folder); a ``RunFolderError`` naming the holder when a live
+    process has it. Returns the descriptor, kept open as long as the lock is to be held."""
+    import fcntl
+
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise RunFolderError(f"--out {root}: cannot use it as a run folder ({error.strerror or error})") from None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(descriptor, 32).decode(errors="replace").strip() or "unknown"
+        os.close(descriptor)
+        raise RunFolderError(f"--out {root}: a live training process (pid {holder}) is using this run folder; "
+                             f"wait for it to end or stop it (kill {holder})") from None
+    os.ftruncate(descriptor, 0)
+    os.write(descriptor, str(os.getpid()).encode())
+    return descriptor
+
+
 def claim_folder(root: Path, *, overwrite: bool = False) -> None:
     """Make ``root`` an empty run folder: refuse a non-empty one unless ``overwrite``, which removes
     only what a run writes (anything else there is refused before deleting a thing)."""
-    entries = sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+    entries = sorted(p.name for p in root.iterdir() if p.name != LOCK_FILE) if root.is_dir() else []
+    if set(entries) <= LEFT_BEFORE_STEP_ONE and not (root / "checkpoints").exists() and not _has_train_steps(root):
+        overwrite = True  # a run that failed before its first step: nothing to lose
     if entries and not overwrite:
         raise RunFolderError(f"--out {root} is not empty; pass --resume to continue its run or --overwrite to replace it")
     foreign = [name for name in entries if name not in RUN_ENTRIES]
@@ -134,6 +165,11 @@ def claim_folder(root: Path, *, overwrite: bool = False) -> None:
         path = root / name
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     root.mkdir(parents=True, exist_ok=True)
+
+
+def _has_train_steps(root: Path) -> bool:
+    metrics = root / "metrics.jsonl"
+    return metrics.is_file() and '"kind": "train"' in metrics.read_text(errors="replace")
 
 
 def check_resume(root: Path, config: Config, warn: Callable[[str], None] = print) -> Checkpoint | None:
@@ -198,11 +234,18 @@ class Workspace:
         self.samples = root / "samples.jsonl"
         self.resume = resume
         self.checkpoint = check_resume(root, config, warn=echo) if resume else None
+        self._lock = lock_folder(root)  # held until this process ends
         if self.finished() is None:
             if not resume:
                 claim_folder(root, overwrite=overwrite)
             root.mkdir(parents=True, exist_ok=True)
             (root / "config.yaml").write_text(config_to_yaml(config))
+
+    def release(self) -> None:
+        """Let go of the folder's lock (the process's end does it too)."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def finished(self) -> dict[str, Any] | None:
         """The summary of a resumed run that already reached ``train.steps`` (nothing to redo)."""
@@ -241,7 +284,8 @@ class Workspace:
 
     def sample_log(self, state: dict[str, Any] | None) -> SampleLog:
         """Transcripts, likewise cut back (checkpoints from before transcripts existed keep them all)."""
-        return SampleLog(_cut_back(self.samples, state.get("samples_offset") if state else 0))
+        return SampleLog(_cut_back(self.samples, state.get("samples_offset") if state else 0),
+                         self.config.logging.sample_text_chars)
 
     def reference(self, config: Config, policy: Any, state: dict[str, Any] | None) -> Any:
         """A frozen copy of the policy as RL starts (kept on disk so a resume uses the same one)."""

@@ -15,14 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from streamrl.rollout import Trajectory
+from streamrl.rollout.events import clipped
 from streamrl.rollout.trajectory import to_jsonable
 
 
 def transcript(
-    trajectory: Trajectory, *, kind: str, step: int, tag: str | None = None, advantages: list[float] | None = None
+    trajectory: Trajectory, *, kind: str, step: int, tag: str | None = None, advantages: list[float] | None = None,
+    max_chars: int = 4000,
 ) -> dict[str, Any]:
     """A JSON-safe record of one episode; ``advantages`` are its per-turn advantages (None when
-    the episode was not trained on: evaluation, crashed or stale episodes)."""
+    the episode was not trained on: evaluation, crashed or stale episodes). Texts longer than
+    ``max_chars`` are cut, the cut marked."""
     return to_jsonable({
         "kind": kind,
         "step": step,
@@ -30,16 +33,17 @@ def transcript(
         "request_id": trajectory.request_id,
         "task_id": trajectory.prompt_id,
         "task_type": trajectory.task_type,
-        "task": trajectory.initial_observation,
+        "task": clipped(trajectory.initial_observation, max_chars),
         "won": trajectory.won,
         "outcome": trajectory.outcome,
         "end_reason": trajectory.end_reason,
+        "error": clipped(trajectory.error, max_chars),
         "policy_version": trajectory.dispatch.policy_version,
         "turns": [
             {
-                "action_text": turn.action_text,
-                "action": turn.action,
-                "observation": turn.observation,
+                "action_text": clipped(turn.action_text, max_chars),
+                "action": clipped(turn.action, max_chars),
+                "observation": clipped(turn.observation, max_chars),
                 "reward": turn.reward,
                 "format_valid": turn.format_valid,
                 "format_reason": turn.format_reason,
@@ -65,8 +69,9 @@ class SampleLog:
     """Appends transcripts to ``path``; each write is flushed, so the file's size is a valid
     checkpoint offset."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, max_chars: int = 4000):
         self.path = Path(path)
+        self.max_chars = max_chars
         self._file = self.path.open("a", encoding="utf-8")
 
     def write(
@@ -81,7 +86,8 @@ class SampleLog:
         """``advantages`` maps request ids to per-turn advantages (``Learner.last_advantages``)."""
         advantages = advantages or {}
         for trajectory in trajectories:
-            record = transcript(trajectory, kind=kind, step=step, tag=tag, advantages=advantages.get(trajectory.request_id))
+            record = transcript(trajectory, kind=kind, step=step, tag=tag, advantages=advantages.get(trajectory.request_id),
+                                max_chars=self.max_chars)
             self._file.write(json.dumps(record) + "\n")
         self._file.flush()
 

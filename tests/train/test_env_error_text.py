@@ -1,0 +1,42 @@
+"""Issue 33: an environment's error text is kept where a user looks (events.jsonl, samples.jsonl),
+and long texts in samples are cut, the cut marked."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from streamrl.envs import Env, EnvSpec, Step, register
+from streamrl.train.config import load_config
+from streamrl.train.loop import train
+
+
+class Flaky(Env):
+    """Every third task raises on its first step; observations are long."""
+
+    spec = EnvSpec(name="flaky", max_steps=2, splits={"train": None, "test": 4}, eval_split="test")
+
+    def start(self, task_id):
+        self.fails = int(task_id.split("/")[1]) % 3 == 0
+        return "Say anything. " + "word " * 150
+
+    def act(self, action):
+        if self.fails:
+            raise ValueError("the simulator lost its map of the kitchen")
+        return Step("Fine.", reward=1.0, done=True, won=True)
+
+
+def test_environment_errors_keep_their_text_and_samples_are_capped(tmp_path):
+    register("flaky", Flaky)
+    config = load_config("configs/smoke.yaml", [
+        "env.name=flaky", "sft.demos=0", "train.steps=2", "train.batch_size=6", "rollout.concurrency=6",
+        "logging.samples_every=1", "logging.samples_per_step=6", "logging.sample_text_chars=200", "env.eval_tasks=2",
+    ], note=lambda _: None)
+    asyncio.run(train(config, tmp_path / "run", echo=lambda *_: None))
+    events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    failed = [e for e in events if e["event"] == "result" and e["end_reason"] == "env_error"]
+    assert failed and all("ValueError: the simulator lost its map of the kitchen" in e["error"] for e in failed)
+    samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    crashed = [s for s in samples if s["end_reason"] == "env_error"]
+    assert crashed and "the simulator lost its map" in crashed[0]["error"]
+    assert all(len(s["task"]) < 300 and s["task"].endswith("more characters cut]") for s in samples)

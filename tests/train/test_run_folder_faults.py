@@ -1,0 +1,71 @@
+"""Issue 33: a run folder is held by one live process (an OS lock), SIGTERM/SIGINT keep the step under
+way in a checkpoint and say how to resume, and a run that failed before its first step leaves a
+folder the corrected rerun may use."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from streamrl import cli
+from streamrl.train.loggers import read_metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+ARGS = ["--config", "configs/smoke.yaml", "train.steps=400", "train.checkpoint_every=0", "train.eval_at_start=false",
+        "env.eval_tasks=2", "sft.demos=4"]
+
+
+def _start(out: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "streamrl", "train", "--out", str(out), *ARGS, *extra], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for_steps(out: Path, steps: int, process: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (out / "metrics.jsonl").is_file() and len(read_metrics(out / "metrics.jsonl", "train")) >= steps:
+            return
+        assert process.poll() is None, process.communicate()[0]
+        time.sleep(0.2)
+    raise AssertionError(f"no {steps} steps within {timeout} s")
+
+
+@pytest.mark.parametrize("sent, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_live_folder_is_refused_and_a_signal_checkpoints_before_exit(tmp_path, capsys, sent, status):
+    out = tmp_path / "run"
+    process = _start(out)
+    try:
+        _wait_for_steps(out, 2, process)
+        for argv in (["train", "--out", str(out), "--resume"], ["train", *ARGS[:2], "--out", str(out), "--overwrite"]):
+            assert cli.main(argv) == 2
+            assert f"a live training process (pid {process.pid}) is using this run folder" in capsys.readouterr().err
+        process.send_signal(sent)
+        output = process.communicate(timeout=120)[0]
+    finally:
+        process.kill()
+    assert process.returncode == status, output
+    name = signal.Signals(sent).name
+    assert f"stopped by {name} after step" in output and f"streamrl train --out {out} --resume" in output
+    assert "Traceback" not in output
+    stopped_at = read_metrics(out / "metrics.jsonl", "train")[-1]["step"]
+    assert (out / "checkpoints" / f"step_{stopped_at:08d}").is_dir()  # the step under way was kept
+    # the lock went with the process: the run resumes from that step
+    assert cli.main(["train", "--out", str(out), "--resume", "train.steps=" + str(stopped_at + 1)]) == 0
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl", "train")] == list(range(1, stopped_at + 2))
+
+
+def test_a_run_that_failed_before_its_first_step_leaves_a_reusable_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()  # what a run that crashed while starting (SFT, the first evaluation) leaves
+    (out / "config.yaml").write_text("left by a run that crashed while starting\n")
+    (out / "metrics.jsonl").write_text('{"kind": "eval", "step": 0}\n')
+    assert cli.main(["train", "--config", "smoke", "--out", str(out), "train.steps=1", "env.eval_tasks=2"]) == 0
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl", "train")] == [1]
+    # but a folder with training steps in it is still protected
+    assert cli.main(["train", "--config", "smoke", "--out", str(out), "train.steps=1"]) == 2
+    assert "is not empty" in capsys.readouterr().err
