@@ -18,7 +18,7 @@ def _files(tmp_path):
     (tmp_path / "bad.yaml").write_text("train:\n  steps: [1,\n")
     (tmp_path / "demos.jsonl").write_text('{"task_id": "train/0", "actions": []}\nnot json\n')
     (tmp_path / "nonempty").mkdir()
-    (tmp_path / "nonempty" / "metrics.jsonl").write_text("")
+    (tmp_path / "nonempty" / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n')
     (tmp_path / "saved").mkdir()
     (tmp_path / "saved" / "config.yaml").write_text(config_to_yaml(load_config("configs/smoke.yaml")))
     (tmp_path / "cmp.yaml").write_text("name: c\nbase: [configs/smoke.yaml]\nseeds: [0]\n"
@@ -78,6 +78,13 @@ CASES = {  # name -> (argv with {tmp} for the temporary folder, text the line mu
     "agent on ray": (["train", *SMOKE, "--agent", "examples/openai_agent.py:run", "--tasks", "examples/pick_tasks.jsonl",
                       "rollout.backend=ray"], "rollout.backend: agents run in the trainer's process"),
     "serve elsewhere without token": (["serve", *SMOKE, "--host", "0.0.0.0"], "--host 0.0.0.0: serving beyond"),
+    "config not text": (["train", "--config", "/bin/ls"], "config file /bin/ls is not a text (YAML) file"),
+    "seed too big": (["train", *SMOKE, "train.seed=1180591620717411303424"], "train.seed"),
+    "context too small": (["train", *SMOKE, "rollout.max_context_tokens=16"], "rollout.max_context_tokens: must exceed"),
+    "threads beyond the cores": (["train", *SMOKE, "model.threads=1000"], "model.threads: 1000 is more than the"),
+    "out is a file": (["train", *SMOKE, "--out", "{tmp}/bad.yaml"], "cannot use it as a run folder"),
+    "out under a file": (["train", *SMOKE, "--out", "{tmp}/bad.yaml/sub"], "cannot use it as a run folder"),
+    "out path too long": (["train", *SMOKE, "--out", "{tmp}/" + "x" * 300], "cannot use it as a run folder"),
     "compare configs": (["compare", "--config", "a.yaml", "--config", "b.yaml"], "--config: compare takes one"),
     "compare missing file": (["compare", "--config", "{tmp}/none.yaml"], "comparison file not found"),
     "compare env": (["compare", "--config", "{tmp}/cmp.yaml", "--out", "{tmp}/c", "--env", "nope"], "env.name"),

@@ -123,6 +123,14 @@ class RolloutConfig(Section):
             raise ValueError("applies to rollout.backend=ray only")
         return value
 
+    @field_validator("max_context_tokens")
+    @classmethod
+    def _room_to_generate(cls, value: int, info: ValidationInfo) -> int:
+        new = info.data.get("max_new_tokens")
+        if new is not None and value <= new:
+            raise ValueError(f"must exceed rollout.max_new_tokens ({new}): a prompt needs room too")
+        return value
+
 
 class RewardConfig(Section):
     scale: Float = Field(1.0, gt=0.0)
@@ -147,7 +155,8 @@ class TrainConfig(Section):
     steps: StrictInt = Field(50, ge=0)
     #: trajectories per learner step
     batch_size: StrictInt = Field(32, ge=1)
-    seed: StrictInt = 0
+    #: torch and numpy take seeds below 2**63
+    seed: StrictInt = Field(0, ge=0, le=2**63 - 1)
     eval_every: StrictInt = Field(0, ge=0)
     eval_at_start: StrictBool = True
     checkpoint_every: StrictInt = Field(10, ge=0)
@@ -490,6 +499,10 @@ def read_yaml(path: Path, what: str) -> Any:
     try:
         with path.open(encoding="utf-8") as handle:
             return yaml.safe_load(handle) or {}
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what} {path} is not a text (YAML) file") from None
+    except OSError as error:
+        raise ConfigError(f"{what} {path}: cannot be read ({error.strerror or error})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

@@ -142,6 +142,10 @@ def check_model(config: Config) -> None:
     from streamrl.policy.errors import PolicyLoadError
     from streamrl.policy.loading import KNOWN_SPECS, WARM_START_PREFIX, read_chat_template, warm_start_folder
 
+    cores = os.cpu_count() or 1
+    for field, threads in (("model.threads", config.model.threads), ("rollout.engine_threads", config.rollout.engine_threads)):
+        if threads is not None and threads > cores:  # OpenMP with far more threads than cores crawls
+            raise ConfigError(f"{field}: {threads} is more than the {cores} cores here (at most {cores})")
     for field, spec in (("model.spec", config.model.spec), ("model.init_from", config.model.init_from)):
         if spec is None or (field == "model.spec" and (spec.split(":", 1)[0] == "tiny" or spec in KNOWN_SPECS)):
             continue
