@@ -192,6 +192,14 @@ def check_resume(root: Path, config: Config, warn: Callable[[str], None] = print
     checkpoint = latest_valid(root / "checkpoints", warn=warn)
     if checkpoint is not None:
         state = checkpoint.state()
+        if "config" in state:  # config.yaml edited since: the checkpoint's weights and optimiser say otherwise
+            edited = config_changes(Config.model_validate(state["config"]), config)
+            if edited:
+                shown = "; ".join(edited[:3]) + (f" and {len(edited) - 3} more" if len(edited) > 3 else "")
+                raise RunFolderError(
+                    f"--resume: {root}'s {checkpoint.path.name} was trained with another configuration than asked: {shown}; "
+                    "restore config.yaml (a resume may change only train.steps, evaluation, checkpoint and logging "
+                    "fields, as overrides on the command line)")
         for key, name in LOG_OFFSETS.items():
             size = (root / name).stat().st_size if (root / name).exists() else 0
             if (state.get(key) or 0) > size:
@@ -316,6 +324,8 @@ class Workspace:
             "metrics_offset": logger.offset(),
             "events_offset": self.events.stat().st_size if self.events.exists() else 0,
             "samples_offset": self.samples.stat().st_size if self.samples.exists() else 0,
+            # the configuration this state was trained with: a resume checks config.yaml against it
+            "config": self.config.model_dump(mode="json"),
         }
         tensors = {"learner": learner.tensor_state(), "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}
 
