@@ -83,3 +83,19 @@ def test_a_corrupt_checkpoint_between_valid_ones_does_not_count(tmp_path):
     save_checkpoint(tmp_path, 3, {"step": 3}, _write(b"three"), keep=2)
     assert [c.step for c in list_checkpoints(tmp_path)] == [3, 1]
     assert all(verify(c.path) is None for c in list_checkpoints(tmp_path))
+
+
+def test_halves_of_failed_saves_are_removed_at_the_next_save(tmp_path):
+    def full_disk(folder):
+        (folder / "weights.bin").write_bytes(b"half")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file")
+
+    for step in (1, 2):
+        try:
+            save_checkpoint(tmp_path, step, {"step": step}, full_disk)
+        except RuntimeError:
+            pass
+    stale = sorted(p.name for p in tmp_path.glob(".tmp-*"))
+    assert stale  # what the failed saves left
+    save_checkpoint(tmp_path, 3, {"step": 3}, _write(b"ok"))
+    assert list(tmp_path.glob(".tmp-*")) == [] and [c.step for c in list_checkpoints(tmp_path)] == [3]

@@ -66,9 +66,9 @@ def save_checkpoint(
     """Write ``state`` (JSON) plus whatever ``write_files(folder)`` writes, atomically."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{step:08d}"
+    for stale in root.glob(".tmp-*"):  # halves of saves that a crash, a kill or a full disk cut short
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
     tmp.mkdir()
     write_files(tmp)
     (tmp / "state.json").write_text(json.dumps(state))

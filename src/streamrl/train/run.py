@@ -35,6 +35,7 @@ from streamrl.policy.loading import load_policy
 from streamrl.rollout import Trajectory
 from streamrl.train.checkpoint import Checkpoint, latest_valid, save_checkpoint
 from streamrl.train.config import Config, ConfigError, config_to_yaml, load_config
+from streamrl.train.errors import TrainingError
 from streamrl.train.loggers import MetricsLogger
 from streamrl.train.samples import SampleLog
 
@@ -333,7 +334,12 @@ class Workspace:
             policy.save(folder / "policy")
             torch.save(tensors, folder / "learner.pt")
 
-        save_checkpoint(self.checkpoints, run.step, state, write, keep=self.config.train.keep_checkpoints)
+        try:
+            save_checkpoint(self.checkpoints, run.step, state, write, keep=self.config.train.keep_checkpoints)
+        except (OSError, RuntimeError) as error:  # a full disk reaches torch.save as a RuntimeError
+            message = " ".join(str(error).split())[:300]
+            raise TrainingError(f"the step-{run.step} checkpoint could not be written under {self.checkpoints} ({message}); "
+                                "the previous checkpoint is intact: free space and continue with --resume") from None
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         path = self.root / "summary.json"
