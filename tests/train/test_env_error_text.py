@@ -40,3 +40,5 @@ def test_environment_errors_keep_their_text_and_samples_are_capped(tmp_path):
     crashed = [s for s in samples if s["end_reason"] == "env_error"]
     assert crashed and "the simulator lost its map" in crashed[0]["error"]
     assert all(len(s["task"]) < 300 and s["task"].endswith("more characters cut]") for s in samples)
+    index = (tmp_path / "run" / "report" / "index.md").read_text()
+    assert "training episodes crashed (env_error: " in index and "the simulator lost its map of the kitchen" in index

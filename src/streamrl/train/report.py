@@ -190,7 +190,29 @@ def summary_paragraph(config: Config, summary: dict[str, Any], evals: list[dict]
         parts.append("held-out success " + " -> ".join(shown) + f" ({evals[-1]['episodes']} episodes, 95% intervals)")
     for warning in summary.get("warnings") or []:
         parts.append(f"**warning**: {warning}")
+    if summary.get("crashes"):
+        parts.append(summary["crashes"])
     return ". ".join(parts) + "."
+
+
+def crash_summary(events_path: Path) -> str | None:
+    """How many training episodes crashed, by end reason, and the most frequent error text."""
+    from collections import Counter
+
+    from streamrl.rollout import read_events
+
+    if not events_path.is_file():
+        return None
+    crashed = [e for e in read_events(events_path) if e.get("event") == "result" and e.get("outcome") is None]
+    if not crashed:
+        return None
+    reasons = Counter(e.get("end_reason") for e in crashed)
+    messages = Counter(e.get("error") for e in crashed if e.get("error"))
+    line = f"{len(crashed)} training episodes crashed ({', '.join(f'{r}: {n}' for r, n in reasons.most_common())})"
+    if messages:
+        message, count = messages.most_common(1)[0]
+        line += f"; most often ({count}x): `{message}`"
+    return line
 
 
 def write_report(root: Path, config: Config, summary: dict[str, Any] | None = None) -> Path:
@@ -199,7 +221,8 @@ def write_report(root: Path, config: Config, summary: dict[str, Any] | None = No
     metrics = read_metrics(root / "metrics.jsonl")
     train = [r for r in metrics if r["kind"] == "train"]
     evals = [r for r in metrics if r["kind"] == "eval"]
-    model = (summary or {}).get("model") or {}
+    summary = {**(summary or {}), "crashes": crash_summary(root / "events.jsonl")}
+    model = summary.get("model") or {}
     title = f"{config.algo.name} on {config.env.name} ({model.get('spec', config.model.spec)})"
     plot_learning_curve(train, evals, report / "learning_curve.png", title)
     panels = plot_diagnostics(train, report / "diagnostics.png", title)
@@ -211,7 +234,7 @@ def write_report(root: Path, config: Config, summary: dict[str, Any] | None = No
     (report / "eval.md").write_text(eval_md)
     shutil.copyfile(root / "config.yaml", report / "config.yaml")
     (report / "evaluations.json").write_text(json.dumps(evals, indent=2))
-    index = [f"# {title}", "", summary_paragraph(config, summary or {}, evals), "",
+    index = [f"# {title}", "", summary_paragraph(config, summary, evals), "",
              "![learning curve](learning_curve.png)", "",
              "Training success per batch and held-out success with 95% Wilson intervals.", ""]
     if panels:
