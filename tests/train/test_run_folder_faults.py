@@ -35,8 +35,8 @@ def _wait_for_steps(out: Path, steps: int, process: subprocess.Popen, timeout: f
     raise AssertionError(f"no {steps} steps within {timeout} s")
 
 
-@pytest.mark.parametrize("sent, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_live_folder_is_refused_and_a_signal_checkpoints_before_exit(tmp_path, capsys, sent, status):
+def test_a_live_folder_is_refused_and_sigterm_checkpoints_before_exit(tmp_path, capsys):
+    sent, status = signal.SIGTERM, 143
     out = tmp_path / "run"
     process = _start(out)
     try:
@@ -82,3 +82,25 @@ def test_a_config_yaml_edited_after_a_checkpoint_is_refused_on_resume(tmp_path, 
     assert "was trained with another configuration than asked: optim.lr 0.0001 -> 0.001" in err
     (out / "config.yaml").write_text(saved)  # restored: the resume goes on, with the allowed change
     assert cli.main(["train", "--out", str(out), "--resume", "train.steps=3"]) == 0
+
+
+def test_sigint_asks_for_a_stop_and_a_second_signal_would_exit_at_once(monkeypatch):
+    """The SIGINT path of the test above, in process: the first signal is recorded, the second exits."""
+    import asyncio
+    import os
+
+    from streamrl.train.signals import GracefulStop
+
+    exits = []
+    monkeypatch.setattr(os, "_exit", exits.append)
+
+    async def main():
+        async with GracefulStop() as stop:
+            os.kill(os.getpid(), signal.SIGINT)
+            await asyncio.sleep(0.05)
+            assert stop.requested == signal.SIGINT and exits == []
+            os.kill(os.getpid(), signal.SIGINT)
+            await asyncio.sleep(0.05)
+        assert exits == [130]
+
+    asyncio.run(main())
