@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-
 from streamrl import cli
 from streamrl.train.loggers import read_metrics
 
