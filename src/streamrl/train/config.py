@@ -115,6 +115,9 @@ class RolloutConfig(Section):
     backend: Literal["local", "ray"] = "local"
     #: Ray rollout workers (backend: ray only)
     workers: StrictInt = Field(1, ge=1)
+    #: training stops (after a checkpoint) when this many episodes in a row end in an environment
+    #: fault (env_error, env_timeout); null: train.batch_size
+    max_env_faults_in_row: StrictInt | None = Field(None, ge=1)
 
     @field_validator("workers")
     @classmethod

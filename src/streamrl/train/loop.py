@@ -20,7 +20,7 @@ from streamrl.policy.api import InferenceEngine
 from streamrl.policy.dtype_choice import processor_name
 from streamrl.policy.engines import make_engine
 from streamrl.policy.tool_format import resolve_tool_format
-from streamrl.rollout import Rollout, RolloutSettings
+from streamrl.rollout import DeadEnvironmentError, Rollout, RolloutSettings
 from streamrl.rollout.evaluate import run_episodes
 from streamrl.train.agent_mode import agent_tasks, play_agent
 from streamrl.train.allocator import keep_freed_memory
@@ -111,6 +111,7 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
             mode=algorithm.rollout_mode, concurrency=config.rollout.concurrency, batch_size=config.train.batch_size,
             group_size=algorithm.group_size, max_staleness=config.rollout.max_staleness,
             seed=config.train.seed, env_name=config.env.name, episode=episode_settings(config),
+            max_env_faults_in_row=config.rollout.max_env_faults_in_row,
         ),
         event_log=ws.events_path(state),
     )
@@ -120,7 +121,12 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
     try:
         async with rollout, GracefulStop() as stop:
             while run.step < config.train.steps:
-                batch = await rollout.next_batch()  # a dead environment stops here (DeadEnvironmentError)
+                try:
+                    batch = await rollout.next_batch()
+                except DeadEnvironmentError:  # the environment keeps failing: keep what was learned, then stop
+                    if run.step:
+                        ws.save(run, policy, learner, rollout, logger)
+                    raise
                 require_outcomes(batch, run.step + 1)
                 metrics = await asyncio.to_thread(_with_threads, learner_threads, learner.step, batch)
                 run.advance(batch)
