@@ -81,6 +81,8 @@ CASES = {  # name -> (argv with {tmp} for the temporary folder, text the line mu
     "config not text": (["train", "--config", "/bin/ls"], "config file /bin/ls is not a text (YAML) file"),
     "seed too big": (["train", *SMOKE, "train.seed=1180591620717411303424"], "train.seed"),
     "context too small": (["train", *SMOKE, "rollout.max_context_tokens=16"], "rollout.max_context_tokens: must exceed"),
+    "new tokens beyond the context": (["train", *SMOKE, "rollout.max_new_tokens=100000"],
+                                      "rollout.max_context_tokens: must exceed rollout.max_new_tokens (100000)"),
     "threads beyond the cores": (["train", *SMOKE, "model.threads=1000"], "model.threads: 1000 is more than the"),
     "out is a file": (["train", *SMOKE, "--out", "{tmp}/bad.yaml"], "cannot use it as a run folder"),
     "out under a file": (["train", *SMOKE, "--out", "{tmp}/bad.yaml/sub"], "cannot use it as a run folder"),
