@@ -20,6 +20,7 @@ run: $(STAMP)
 	$(VENV)/bin/streamrl train --config configs/default.yaml --out runs/default --overwrite
 
 test: $(STAMP)
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 
 test-slow: $(STAMP)

@@ -23,10 +23,10 @@ import sys
 from pathlib import Path
 
 from streamrl import __version__
+from streamrl.api import warn
 from streamrl.envs.__main__ import _option
 from streamrl.policy.loading import DTYPE_NAMES
 from streamrl.train.config import ALGORITHMS, Config, ConfigError, load_config
-from streamrl.api import warn
 from streamrl.train.preflight import one_line, preflight
 
 #: the shipped configuration a command without --config runs (package data: works outside the clone)

@@ -29,6 +29,7 @@ def test_growing_transcripts_prefill_only_their_new_tokens(small_policy):
     loop = engine._decode_loop  # driven directly: admissions in a known order
     episodes = [small_policy.encode_chat([{"role": "user", "content": OBSERVATIONS[i]}]) for i in range(3)]
     stop = (small_policy.end_of_turn_id,)
+    bridge: list[int] = []  # the ids that carried the previous turn's observation
     for turn in range(3):
         # different answer lengths per episode: rows with and without padding share a prefill group
         requests = [

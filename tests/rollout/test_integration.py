@@ -20,8 +20,8 @@ from streamrl.rollout import (
     to_samples,
 )
 
-from .test_layouts import check_masks
 from .rollout_toys import RecordingEngine
+from .test_layouts import check_masks
 
 
 def binary_search(prompt: str) -> str:

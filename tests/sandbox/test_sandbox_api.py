@@ -13,7 +13,6 @@ import pytest
 from streamrl.sandbox import (
     LEVELS,
     SandboxLimits,
-    SandboxUnavailableError,
     arun_python,
     isolation_level,
     resolve_isolation,

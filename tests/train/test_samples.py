@@ -7,11 +7,11 @@ import json
 
 from streamrl.rollout import DispatchRecord, Trajectory, Turn
 from streamrl.train.config import load_config
+from streamrl.train.loggers import read_metrics
 from streamrl.train.loop import train
 from streamrl.train.report import samples_markdown
 from streamrl.train.run import Workspace
-from streamrl.train.loggers import read_metrics
-from streamrl.train.samples import SampleLog, mixed_selection, transcript
+from streamrl.train.samples import mixed_selection, transcript
 
 
 def _turn(action: str, observation: str, reward: float = 0.0, valid: bool = True) -> Turn:

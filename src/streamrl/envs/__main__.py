@@ -25,8 +25,8 @@ import sys
 from typing import Any, Callable, TextIO
 
 from streamrl.envs.base import Env
-from streamrl.envs.tools import AssistantMessage, ToolCall
 from streamrl.envs.registry import BUILD_ERRORS, EnvOptionError, UnknownEnvironmentError, build, get_entry, list_envs
+from streamrl.envs.tools import AssistantMessage, ToolCall
 
 QUIT = {"quit", "exit"}
 

@@ -17,8 +17,8 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from streamrl.policy import smollm2, tiny

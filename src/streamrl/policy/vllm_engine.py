@@ -201,7 +201,8 @@ class RealVLLM:
         # collective_rpc ships a function to vLLM's worker processes, which vLLM allows only when asked
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
         try:
-            from vllm import AsyncEngineArgs, AsyncLLMEngine, SamplingParams as VLLMSamplingParams
+            from vllm import AsyncEngineArgs, AsyncLLMEngine
+            from vllm import SamplingParams as VLLMSamplingParams
         except ImportError as error:
             raise MissingDependencyError(
                 f"model.engine=vllm needs vLLM on a CUDA machine: pip install -e '.[vllm]' ({error})"

@@ -55,11 +55,11 @@ Evaluation, outside the training stream::
 
 from streamrl.rollout.backend import EpisodeBackend, LocalBackend, WorkerSpec, make_backend
 from streamrl.rollout.dispatcher import Rollout
-from streamrl.rollout.settings import DeadEnvironmentError, RolloutError, RolloutSettings, RolloutStalledError
 from streamrl.rollout.episode import EpisodeRunner, EpisodeSettings
 from streamrl.rollout.evaluate import run_episodes
 from streamrl.rollout.events import EventLog, read_events, replay
 from streamrl.rollout.layouts import TrainingSample, full_history_sample, per_step_samples, to_samples
+from streamrl.rollout.settings import DeadEnvironmentError, RolloutError, RolloutSettings, RolloutStalledError
 from streamrl.rollout.sources import DispatchMeta, PromptSource, UniformPromptSource
 from streamrl.rollout.staleness import admission_capacity, is_stale, sample_lag
 from streamrl.rollout.trajectory import (

@@ -15,7 +15,6 @@ from typing import Any
 from streamrl.envs.base import PromptBuilder
 from streamrl.policy.api import ChatCodec
 
-
 Tools = list[dict[str, Any]] | None
 
 

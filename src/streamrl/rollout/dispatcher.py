@@ -34,11 +34,16 @@ from streamrl.rollout.collect import Group
 from streamrl.rollout.events import EventLog, dispatch_fields, result_fields
 from streamrl.rollout.modes import make_mode
 from streamrl.rollout.rollout_state import STATE_FORMAT, STATE_KEYS, Counters, check_state, rng_state, set_rng_state
-from streamrl.rollout.settings import DeadEnvironmentError, EnvFaultWatch, RolloutError, RolloutSettings, RolloutStalledError
+from streamrl.rollout.settings import (
+    DeadEnvironmentError,
+    EnvFaultWatch,
+    RolloutError,
+    RolloutSettings,
+    RolloutStalledError,
+)
 from streamrl.rollout.sources import DispatchMeta, PromptSource
 from streamrl.rollout.staleness import admission_capacity, is_stale, sample_lag
 from streamrl.rollout.trajectory import ENV_FAULT_END_REASONS, DispatchRecord, Trajectory, env_seed
-
 
 
 @dataclass

@@ -35,7 +35,14 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from streamrl.algos import final_reward, interpolate, learning_auc, paired_difference, union_grid
-from streamrl.train.config import ALGORITHMS, ConfigError, format_validation_error, load_config, read_yaml, resolve_config
+from streamrl.train.config import (
+    ALGORITHMS,
+    ConfigError,
+    format_validation_error,
+    load_config,
+    read_yaml,
+    resolve_config,
+)
 from streamrl.train.loggers import read_metrics
 from streamrl.train.preflight import preflight
 

@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 import yaml
-from pydantic import Field, SerializeAsAny, StrictBool, StrictInt, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializeAsAny,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from streamrl.train.algo_config import ALGORITHM_TABLE, GroupConfig, PolicyLossConfig, algo_fields, algo_section
 from streamrl.train.algo_config import ALGORITHMS as ALGORITHMS  # re-exported: the CLI's choices

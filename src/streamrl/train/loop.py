@@ -28,14 +28,14 @@ from streamrl.train.assemble import make_learner
 from streamrl.train.backends import rollout_backend
 from streamrl.train.config import Config
 from streamrl.train.errors import TrainingError, TrainingInterrupted
-from streamrl.train.resources import check_resources
 from streamrl.train.evaluate import episode_runner, episode_settings, evaluate
 from streamrl.train.progress import Progress, StallWatch
 from streamrl.train.report import write_report
+from streamrl.train.resources import check_resources
 from streamrl.train.run import RunState, Workspace, load_run_policy, model_line, model_record
 from streamrl.train.samples import mixed_selection
-from streamrl.train.signals import GracefulStop
 from streamrl.train.sft import behaviour_cloning, demonstrations_and_heldout
+from streamrl.train.signals import GracefulStop
 
 
 async def train(config: Config, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False,

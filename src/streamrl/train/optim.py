@@ -16,7 +16,6 @@ import torch
 
 from streamrl.train.errors import NonFiniteError
 
-
 #: how AdamW runs its step: an implementation choice of this build, never a checkpoint's
 _IMPLEMENTATION_KEYS = ("fused", "foreach")
 

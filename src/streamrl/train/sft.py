@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
 import random
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,13 +28,13 @@ from streamrl.policy.api import GenerationRequest, GenerationResult
 from streamrl.policy.modeling import enable_gradient_checkpointing
 from streamrl.policy.scoring import default_token_mask, forward_for_loss
 from streamrl.rollout import Trajectory
+from streamrl.rollout.evaluate import run_episodes
 from streamrl.rollout.roles import prompt_builder
 from streamrl.train.batch import collate, micro_batches
 from streamrl.train.config import Config
+from streamrl.train.evaluate import episode_runner, episode_settings
 from streamrl.train.optim import adamw, clip_and_step
 from streamrl.train.run import environment_entities
-from streamrl.rollout.evaluate import run_episodes
-from streamrl.train.evaluate import episode_runner, episode_settings
 
 Demonstrator = Callable[[str, dict[str, Any]], str]  # (observation, info) -> model text
 

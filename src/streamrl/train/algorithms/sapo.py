@@ -13,7 +13,14 @@ from dataclasses import dataclass
 
 import torch
 
-from streamrl.algos import advantage_stats, sapo_advantages, sapo_targets, sapo_value_loss, value_readout, value_saturation_frac
+from streamrl.algos import (
+    advantage_stats,
+    sapo_advantages,
+    sapo_targets,
+    sapo_value_loss,
+    value_readout,
+    value_saturation_frac,
+)
 from streamrl.policy.scoring import ScoreOutput
 from streamrl.rollout import PromptSource, UniformPromptSource
 from streamrl.train.algo_config import SAPOConfig
