@@ -133,3 +133,5 @@ def test_missing_tensorboard_is_said_in_one_warning(capsys, monkeypatch):
     warnings = []
     preflight(load_config("configs/smoke.yaml", ["logging.tensorboard=true"]), warn=warnings.append)
     assert len(warnings) == 1 and warnings[0].startswith("logging.tensorboard: tensorboard is not installed")
+    preflight(load_config("configs/smoke.yaml"), warn=warnings.append)  # not asked for: nothing to say
+    assert len(warnings) == 1

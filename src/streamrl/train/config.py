@@ -210,7 +210,8 @@ class EvalConfig(Section):
 
 class LoggingConfig(Section):
     progress: StrictBool = True
-    tensorboard: StrictBool = True
+    #: null: TensorBoard logs when it is installed, silently otherwise; true: asked for (warned when missing)
+    tensorboard: StrictBool | None = None
     wandb_project: str | None = None
     mlflow_experiment: str | None = None
     #: learner steps between training transcripts in samples.jsonl (0: none; evaluations always write theirs)

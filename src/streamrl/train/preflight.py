@@ -174,7 +174,7 @@ def _check_logging(config: Config, warn: Callable[[str], None]) -> None:
     for field, (package, extra) in LOGGING_PACKAGES.items():
         if getattr(logging, field) and importlib.util.find_spec(package) is None:
             raise ConfigError(f"logging.{field}: {package} is not installed (pip install 'streamrl[{extra}]')")
-    if logging.tensorboard and importlib.util.find_spec("tensorboard") is None:
+    if logging.tensorboard is True and importlib.util.find_spec("tensorboard") is None:
         warn("logging.tensorboard: tensorboard is not installed, so metrics go to metrics.jsonl only "
              "(pip install 'streamrl[tensorboard]', or logging.tensorboard=false)")
 

@@ -280,7 +280,7 @@ class Workspace:
         logging = self.config.logging
         return MetricsLogger(
             self.metrics_path,
-            tensorboard=logging.tensorboard,
+            tensorboard=logging.tensorboard is not False,  # null: when installed
             wandb_project=logging.wandb_project,
             mlflow_experiment=logging.mlflow_experiment,
             run_config=self.config.model_dump(mode="json"),
