@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamrl.envs import STANDARD_INFO_KEYS, AsyncEnv, ParsedAction, StepResult, get_entry, list_envs, make
-from streamrl.envs.common import EnvPool
 
 EMBEDDED = [name for name in list_envs() if name != "alfworld_real"]
 JUNK = ["hello", "", "42", "<action>look</action>", "go to nowhere 1"]
@@ -170,41 +169,30 @@ def test_prompt_builder_renders_both_layouts(name):
         assert all(isinstance(m["content"], str) and m["content"] for m in messages)
 
 
-def test_64_toy_envs_in_a_pool_play_concurrently_and_fast():
-    """64 guess_number envs (8 groups of 8) play binary search concurrently; bound from the spec."""
-    pool = EnvPool(lambda: make("guess_number"), n=64, group_size=8)
+def test_64_toy_envs_play_concurrently_and_fast():
+    """64 guess_number envs (8 tasks, 8 copies each) play binary search concurrently through AsyncEnv."""
     task_ids = make("guess_number").task_ids("test", limit=8)
+    envs = [AsyncEnv(make("guess_number")) for _ in range(64)]
 
     async def play() -> list[bool]:
-        results = await pool.reset(task_ids)
-        infos = [info for _, info in results]
-        assert [info["task_id"] for info in infos] == [task_ids[i // 8] for i in range(64)]
+        results = await asyncio.gather(*(env.reset(task_id=task_ids[i // 8]) for i, env in enumerate(envs)))
+        assert [info["task_id"] for _, info in results] == [task_ids[i // 8] for i in range(64)]
         bounds = [[1, 100] for _ in range(64)]
         won = [False] * 64
         for _ in range(7):
-            guesses = [None if won[i] else str((low + high) // 2) for i, (low, high) in enumerate(bounds)]
-            for i, result in enumerate(await pool.step(guesses)):
-                if result is None:
-                    continue
-                guess = int(guesses[i])
+            guesses = {i: (low + high) // 2 for i, (low, high) in enumerate(bounds) if not won[i]}
+            stepped = await asyncio.gather(*(envs[i].step(str(g)) for i, g in guesses.items()))
+            for (i, guess), result in zip(guesses.items(), stepped):
                 if result.info["won"]:
                     won[i] = True
                 elif "too low" in result.observation:
                     bounds[i][0] = guess + 1
                 else:
                     bounds[i][1] = guess - 1
-        await pool.close()
+        await asyncio.gather(*(env.close() for env in envs))
         return won
 
     start = time.perf_counter()
     won = asyncio.run(play())
     assert all(won)
     assert time.perf_counter() - start < 10.0
-
-
-def test_env_pool_rejects_bad_sizes():
-    with pytest.raises(ValueError, match="divisible"):
-        EnvPool(lambda: make("guess_number"), n=10, group_size=3)
-    pool = EnvPool(lambda: make("guess_number"), n=4, group_size=2)
-    with pytest.raises(ValueError, match="2 task ids"):
-        asyncio.run(pool.reset(["test/0"]))

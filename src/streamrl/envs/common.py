@@ -1,4 +1,4 @@
-"""Helpers shared by several environments: the ``<think>``/``<action>`` projection and ``EnvPool``.
+"""Helpers shared by several environments: the ``<think>``/``<action>`` projection.
 
 The projection follows verl-agent's: lowercase the model output, take the text between the first
 ``<action>`` and the ``</action>`` after it; without both tags, send the last ``fallback_chars``
@@ -9,13 +9,9 @@ Admissibility is never checked here: the environment answers inadmissible comman
 
 from __future__ import annotations
 
-import asyncio
 import re
-from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
-from typing import Any
 
-from streamrl.envs.base import ActionParser, AsyncEnv, Env, ParsedAction, StepResult
+from streamrl.envs.base import ActionParser, ParsedAction
 
 # CJK ideographs (and extension A, compatibility ideographs), kana and hangul syllables.
 _CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
@@ -97,48 +93,3 @@ def prompt_instruction(
         return f"Think inside <think></think>, then {tool_request}." if require_think else f"{tool_request.capitalize()}."
     think, action = verl if style == "verl" else (COMPACT_THINK_INSTRUCTION, COMPACT_ACTION_INSTRUCTION)
     return think if require_think else action
-
-
-class EnvPool:
-    """``n`` environments stepped concurrently through ``AsyncEnv``.
-
-    Consecutive blocks of ``group_size`` environments share one task (the same ``task_id``), as
-    GRPO-style groups need. Finished environments are skipped by passing ``None`` as their action.
-    """
-
-    def __init__(
-        self,
-        make_env: Callable[[], Env],
-        n: int,
-        group_size: int = 1,
-        executor: Executor | None = None,
-    ):
-        if n < 1 or group_size < 1 or n % group_size:
-            raise ValueError(f"EnvPool needs n >= 1 divisible by group_size >= 1 (got n={n}, group_size={group_size})")
-        self.group_size = group_size
-        self.envs = [AsyncEnv(make_env(), executor) for _ in range(n)]
-
-    @property
-    def num_groups(self) -> int:
-        return len(self.envs) // self.group_size
-
-    async def reset(self, task_ids: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
-        """Reset every environment; ``task_ids`` has one id per group."""
-        if len(task_ids) != self.num_groups:
-            raise ValueError(f"EnvPool.reset needs {self.num_groups} task ids (one per group), got {len(task_ids)}")
-        return await asyncio.gather(
-            *(env.reset(task_id=task_ids[i // self.group_size]) for i, env in enumerate(self.envs))
-        )
-
-    async def step(self, actions: Sequence[str | None]) -> list[StepResult | None]:
-        """Step every environment whose action is not None; the others get None back."""
-        if len(actions) != len(self.envs):
-            raise ValueError(f"EnvPool.step needs {len(self.envs)} actions, got {len(actions)}")
-
-        async def one(env: AsyncEnv, action: str | None) -> StepResult | None:
-            return None if action is None else await env.step(action)
-
-        return await asyncio.gather(*(one(env, action) for env, action in zip(self.envs, actions, strict=True)))
-
-    async def close(self) -> None:
-        await asyncio.gather(*(env.close() for env in self.envs))
