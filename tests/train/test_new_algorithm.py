@@ -1,5 +1,5 @@
-"""Adding an algorithm is one module plus one table row: the test-only RLOO (``tests/train/rloo.py``)
-trains end to end through the real loop, config, checkpoint and resume."""
+"""Adding an algorithm is one module plus one ``streamrl.register_algorithm`` call: the test-only RLOO
+(``tests/train/rloo.py``) trains end to end through the real loop, config, checkpoint and resume."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import asyncio
 import pytest
 import torch
 
-from streamrl.train.algo_config import ALGORITHM_TABLE
+import streamrl
 from streamrl.train.loggers import read_metrics
 from streamrl.train.loop import train
 
@@ -16,9 +16,9 @@ from . import rloo
 
 
 @pytest.fixture
-def rloo_row(monkeypatch):
-    """The one table row (in ``train/algo_config.py`` for a shipped algorithm)."""
-    monkeypatch.setitem(ALGORITHM_TABLE, "rloo", (rloo.RLOOConfig, f"{rloo.__name__}:RLOO"))
+def rloo_row():
+    """The one registration, through the public API alone."""
+    streamrl.register_algorithm("rloo", rloo.RLOOConfig, rloo.RLOO)
 
 
 def test_leave_one_out_advantages():
@@ -38,3 +38,12 @@ def test_rloo_trains_checkpoints_and_resumes(rloo_row, coin_config, tmp_path):
     assert [r["step"] for r in records] == [1, 2, 3]
     assert all(r["trajectories_in_loss"] == config.train.batch_size for r in records)
     assert any("adv_abs_mean" in r and not r.get("actor_skipped") for r in records)
+
+
+def test_register_algorithm_checks_what_it_is_given():
+    with pytest.raises(ValueError, match="RLOOConfig.name must default to 'loo'"):
+        streamrl.register_algorithm("loo", rloo.RLOOConfig, rloo.RLOO)
+    with pytest.raises(TypeError, match="must be a PolicyLossConfig subclass"):
+        streamrl.register_algorithm("rloo", dict, rloo.RLOO)
+    with pytest.raises(TypeError, match="a class or 'module:Class'"):
+        streamrl.register_algorithm("rloo", rloo.RLOOConfig, "not a path")

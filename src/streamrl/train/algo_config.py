@@ -138,17 +138,32 @@ class SAPOConfig(ValueConfig):
     norm_measure: Literal["turn", "token"] = "turn"
 
 
-#: The algorithm table: ``algo.name`` -> (its config section, its algorithm as ``"module:Class"``,
-#: imported only when a learner is built, so loading a config stays free of torch). The ``algo``
-#: section's validation, ``ALGORITHMS`` and the per-algorithm field sets derive from it. Adding an
-#: algorithm: its config class above, its module in ``streamrl/train/algorithms/``, one row here.
-ALGORITHM_TABLE: dict[str, tuple[type[PolicyLossConfig], str]] = {
-    "spo": (SPOConfig, "streamrl.train.algorithms.spo:SPO"),
-    "spo++": (SPOPlusPlusConfig, "streamrl.train.algorithms.spo_pp:SPOPlusPlus"),
-    "grpo": (GRPOConfig, "streamrl.train.algorithms.grpo:GRPO"),
-    "ppo": (PPOConfig, "streamrl.train.algorithms.ppo:PPO"),
-    "sapo": (SAPOConfig, "streamrl.train.algorithms.sapo:SAPO"),
-}
+#: The algorithm table: ``algo.name`` -> (its config section, its algorithm class or ``"module:Class"``,
+#: a string imported only when a learner is built, so loading a config stays free of torch). The
+#: ``algo`` section's validation and the per-algorithm field sets derive from it. Algorithms enter it
+#: through ``register_algorithm``, the shipped ones included.
+ALGORITHM_TABLE: dict[str, tuple[type[PolicyLossConfig], Any]] = {}
+
+
+def register_algorithm(name: str, section: type[PolicyLossConfig], algorithm: Any) -> None:
+    """Make ``algo.name: name`` train with ``algorithm`` (a class satisfying
+    ``streamrl.train.algorithms.base.Algorithm``, or ``"module:Class"``), configured by ``section``
+    (a ``PolicyLossConfig`` subclass whose ``name`` defaults to ``name``). Registering the same name
+    again replaces it."""
+    if not (isinstance(section, type) and issubclass(section, PolicyLossConfig)):
+        raise TypeError(f"register_algorithm({name!r}): section must be a PolicyLossConfig subclass")
+    if section.model_fields["name"].default != name:
+        raise ValueError(f"register_algorithm({name!r}): {section.__name__}.name must default to {name!r}")
+    if not (isinstance(algorithm, type) or (isinstance(algorithm, str) and ":" in algorithm)):
+        raise TypeError(f"register_algorithm({name!r}): algorithm must be a class or 'module:Class'")
+    ALGORITHM_TABLE[name] = (section, algorithm)
+
+
+register_algorithm("spo", SPOConfig, "streamrl.train.algorithms.spo:SPO")
+register_algorithm("spo++", SPOPlusPlusConfig, "streamrl.train.algorithms.spo_pp:SPOPlusPlus")
+register_algorithm("grpo", GRPOConfig, "streamrl.train.algorithms.grpo:GRPO")
+register_algorithm("ppo", PPOConfig, "streamrl.train.algorithms.ppo:PPO")
+register_algorithm("sapo", SAPOConfig, "streamrl.train.algorithms.sapo:SAPO")
 #: the shipped algorithms (command-line choices)
 ALGORITHMS = tuple(ALGORITHM_TABLE)
 
@@ -161,10 +176,7 @@ def algo_section(value: Any) -> Any:
     if name not in ALGORITHM_TABLE:
         allowed = ", ".join(repr(key) for key in ALGORITHM_TABLE)
         raise ValueError(f"unknown algorithm name {name!r} (allowed: {allowed})")
-    section = ALGORITHM_TABLE[name][0]
-    if section.model_fields["name"].default != name:
-        raise ValueError(f"ALGORITHM_TABLE row {name!r}: {section.__name__}.name must default to {name!r}")
-    return section.model_validate(value)
+    return ALGORITHM_TABLE[name][0].model_validate(value)
 
 
 def algo_fields(name: str) -> set[str]:

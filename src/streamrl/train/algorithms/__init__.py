@@ -11,7 +11,10 @@ from streamrl.train.algorithms.base import Algorithm, Setup
 
 def algorithm_class(name: str) -> type[Algorithm]:
     """The class of algorithm ``name`` (a row of the algorithm table)."""
-    module, _, attribute = ALGORITHM_TABLE[name][1].partition(":")
+    algorithm = ALGORITHM_TABLE[name][1]
+    if isinstance(algorithm, type):
+        return algorithm
+    module, _, attribute = algorithm.partition(":")
     return getattr(importlib.import_module(module), attribute)
 
 
