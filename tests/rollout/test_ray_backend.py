@@ -105,9 +105,9 @@ def test_ray_run_equals_local_run_through_a_dead_and_a_hung_worker(cluster, poli
             await _all_in_flight(rollout, 4)  # two on each worker
             os.kill(pid, signal.SIGKILL)
         if version == 3 and not published:  # nothing runs until the publish
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 180  # a guard against waiting forever; a loaded machine is slow
             while not any(e["event"] == "worker_back" for e in read_events(log)):
-                assert time.monotonic() < deadline, "Ray did not restart worker-0 within 60 s"
+                assert time.monotonic() < deadline, "Ray did not restart worker-0 within 180 s"
                 await asyncio.sleep(0.05)
         if version == 3 and published:
             pid = await workers["worker-1"].pid.remote()
