@@ -243,12 +243,16 @@ class Workspace:
         self.samples = root / "samples.jsonl"
         self.resume = resume
         self.checkpoint = check_resume(root, config, warn=echo) if resume else None
-        self._lock = lock_folder(root)  # held until this process ends
-        if self.finished() is None:
-            if not resume:
-                claim_folder(root, overwrite=overwrite)
-            root.mkdir(parents=True, exist_ok=True)
-            (root / "config.yaml").write_text(config_to_yaml(config))
+        self._lock: int | None = lock_folder(root)  # held until release() or the process's end
+        try:
+            if self.finished() is None:
+                if not resume:
+                    claim_folder(root, overwrite=overwrite)
+                root.mkdir(parents=True, exist_ok=True)
+                (root / "config.yaml").write_text(config_to_yaml(config))
+        except BaseException:  # refused: the folder is not ours to hold
+            self.release()
+            raise
 
     def release(self) -> None:
         """Let go of the folder's lock (the process's end does it too)."""
