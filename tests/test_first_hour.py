@@ -133,3 +133,13 @@ def test_run_configs_build_on_an_environment_neutral_base(tmp_path):
     (tmp_path / "b.yaml").write_text("base: a.yaml\n")
     with pytest.raises(ConfigError, match="base: loops back"):
         load_config(tmp_path / "a.yaml")
+
+
+def test_the_progress_line_says_when_episodes_crash():
+    from streamrl.train.progress import Progress
+
+    lines = []
+    progress = Progress(2, echo=lines.append)
+    progress.update(1, {"success": 0.5, "crashed_frac": 0.25, "trajectories": 4})
+    progress.update(2, {"success": 0.5, "trajectories": 4})
+    assert "| crashed 25%" in lines[0] and "crashed" not in lines[1]

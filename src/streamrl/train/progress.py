@@ -43,6 +43,8 @@ class Progress:
             f"success {metrics.get('success', 0.0):.2f} | {self.trajectories / elapsed:.1f} traj/s | "
             f"learner {metrics.get('learner_time_s', 0.0):.1f}s/step"
         )
+        if metrics.get("crashed_frac"):  # episodes that ended in a fault (their reasons: events.jsonl, the report)
+            status += f" | crashed {metrics['crashed_frac']:.0%}"
         if self._bar is not None:
             self._bar.update(self._task, completed=step, status=status)
         elif step == self.total or (step - self.start) % self._every == 0:
