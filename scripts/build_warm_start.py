@@ -2,6 +2,7 @@
 
     python scripts/build_warm_start.py                       # configs/warm_start.yaml -> alfworld_lite-tiny
     python scripts/build_warm_start.py --config C --name N   # another one
+    python scripts/build_warm_start.py --config C --name N model.device=cuda sft.demos=400   # with overrides
 
 Writes ``src/streamrl/policy/assets/warm_starts/NAME/``: the policy folder (``Policy.save``) and
 ``warm_start.json`` with the exact command, the config file's sha256 and resolved sections, the
@@ -42,6 +43,15 @@ SECTIONS = ("model", "env", "sft", "rollout", "eval")
 BUILD_OVERRIDES = ["model.dtype=float32"]
 
 
+def device_name(device: str) -> str:
+    """What the build ran on: the processor, or the GPU's name for a CUDA build."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(device))
+    return "cpu"
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -59,8 +69,8 @@ async def held_out(config: Config, policy, greedy: bool) -> float:
     return float(result.success)
 
 
-def build(config_path: Path, name: str) -> dict:
-    config = load_config(str(config_path), BUILD_OVERRIDES)
+def build(config_path: Path, name: str, overrides: list[str] = ()) -> dict:
+    config = load_config(str(config_path), [*BUILD_OVERRIDES, *overrides])
     started = time.perf_counter()
     policy = load_run_policy(config, None)
     demos, heldout = asyncio.run(demonstrations_and_heldout(config, policy))
@@ -72,13 +82,15 @@ def build(config_path: Path, name: str) -> dict:
     out = ROOT / name
     with tempfile.TemporaryDirectory(dir=ROOT.parent) as tmp:
         staged = Path(tmp) / name
-        policy.save(staged)
+        policy.save(staged, tokenizer=not policy.is_lora)
         files = {p.name: sha256(p) for p in sorted(staged.iterdir()) if p.is_file()}
         record = {
             "name": name,
-            "command": f"python scripts/build_warm_start.py --config {config_path.relative_to(REPO)} --name {name}",
+            "command": " ".join(["python scripts/build_warm_start.py --config", str(config_path.relative_to(REPO)),
+                                 "--name", name, *overrides]),
             "config_file": str(config_path.relative_to(REPO)),
             "config_sha256": sha256(config_path),
+            "overrides": list(overrides),
             "config": {section: getattr(config, section).model_dump(mode="json") for section in SECTIONS},
             "seed": config.train.seed,
             "files": files,
@@ -90,6 +102,7 @@ def build(config_path: Path, name: str) -> dict:
                 "sampled_temperature": config.eval.temperature,
             },
             "processor": processor_name(),
+            "device": device_name(config.model.device),
             "torch": __import__("torch").__version__,
             "build_seconds": round(time.perf_counter() - started, 1),
             "sft_seconds": round(sft_seconds, 1),
@@ -106,9 +119,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(REPO / "configs" / "warm_start.yaml"))
     parser.add_argument("--name", default="alfworld_lite-tiny")
+    parser.add_argument("overrides", nargs="*", help="config overrides, as for `streamrl train` (section.field=value)")
     args = parser.parse_args()
     # absolute, not resolved: configs/ is a link into the package, and the record names the path as given
-    record = build(Path(args.config).absolute(), args.name)
+    record = build(Path(args.config).absolute(), args.name, args.overrides)
     held = record["held_out"]
     print(f"warm start {record['name']}: held-out greedy {100 * held['greedy_success']:.1f}%, "
           f"sampled (T={held['sampled_temperature']}) {100 * held['sampled_success']:.1f}%, "

@@ -57,7 +57,8 @@ def test_built_from_the_committed_config(name):
     assert hashlib.sha256(config_file.read_bytes()).hexdigest() == record["config_sha256"], (
         f"{record['config_file']} changed after the warm start was built: rebuild it ({record['command']})"
     )
-    config = load_config(str(config_file), _build_script().BUILD_OVERRIDES)
+    # the build's own command-line overrides (e.g. model.device=cuda) are part of its recipe
+    config = load_config(str(config_file), [*_build_script().BUILD_OVERRIDES, *record.get("overrides", [])])
     for section, dumped in record["config"].items():
         current = getattr(config, section).model_dump(mode="json")
         # a field added after the build (with its default) cannot have shaped the asset

@@ -78,3 +78,13 @@ def test_resume_and_overwrite_exclude_each_other(tmp_path, flags):
     with pytest.raises(SystemExit) as exited:
         _train(tmp_path / "run", flags=flags)
     assert exited.value.code == 2
+
+
+def test_a_time_limit_stops_training_after_the_step_that_reaches_it(tmp_path, capsys):
+    # 0.0001 min is reached by the first step: the run keeps it, checkpoints, evaluates and stops
+    assert _train(tmp_path / "run", "train.steps=5", "train.time_limit_minutes=0.0001") == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["steps"] == 1 and summary["stopped_by"] == "time_limit"
+    assert "eval_after" in summary and summary["rl_s"] > 0
+    assert latest_valid(tmp_path / "run" / "checkpoints") is not None
+    assert "time limit: 0.0001 min of RL reached after step 1" in capsys.readouterr().out

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import re
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,8 @@ class Policy:
     #: weights' (float32 weights, bfloat16 compute); None: the weights' dtype
     compute_dtype: Any = None
     codec: ChatTemplateCodec = field(init=False, repr=False)
+    #: names of the parameters the model trains without ``limit_training`` (set by its first call)
+    _trainable_names: set[str] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.codec = ChatTemplateCodec(self.tokenizer)
@@ -128,6 +131,32 @@ class Policy:
     def trainable_parameters(self) -> list[Any]:
         return [p for p in self.model.parameters() if p.requires_grad]
 
+    def limit_training(self, *, top_layers: int | None = None, value_rows: bool = True) -> None:
+        """Freeze what a run need not train, so that the backward pass stops early.
+
+        ``top_layers``: only parameters of the top ``top_layers`` transformer blocks (and those
+        after them: final norm, an untied head) stay trainable; LoRA adapters of lower blocks keep
+        acting, frozen. The backward pass then ends at the lowest trained block instead of the
+        embedding (about a third less learner time with half the blocks). ``value_rows=False``
+        freezes LoRA's trainable value-token rows: an algorithm that never reads values gives them
+        no gradient, yet training them drags every backward pass down to the embedding.
+        """
+        layers = getattr(self.model.config, "num_hidden_layers", None)
+        if top_layers is not None and (layers is None or not 1 <= top_layers <= layers):
+            raise ValueError(f"top_layers must be between 1 and the model's {layers} layers, got {top_layers}")
+        first_trained = None if top_layers is None else layers - top_layers
+        if self._trainable_names is None:  # what the model trains unlimited; later calls start from it
+            self._trainable_names = {name for name, p in self.model.named_parameters() if p.requires_grad}
+        seen_block = False
+        for name, parameter in self.model.named_parameters():
+            block = _block_index(name)
+            seen_block |= block is not None
+            if "trainable_tokens_delta" in name:  # the value rows
+                frozen = not value_rows
+            else:  # a lower block, or the embedding below the blocks
+                frozen = first_trained is not None and (not seen_block or block is not None and block < first_trained)
+            parameter.requires_grad_(name in self._trainable_names and not frozen)
+
     # -- engines -------------------------------------------------------------------------------
 
     def state_dict_for_engine(self) -> dict[str, Any]:
@@ -172,9 +201,13 @@ class Policy:
                 return str(Path(str(candidate)).resolve())
         return None
 
-    def save(self, path: str | Path, *, base_model_path: str | Path | None = None) -> Path:
+    def save(self, path: str | Path, *, base_model_path: str | Path | None = None, tokenizer: bool = True) -> Path:
         """Write a folder ``load_policy(path)`` reads back: weights (or the LoRA adapter), the
         tokenizer with its chat template, and ``streamrl_policy.json``.
+
+        ``tokenizer=False`` (a LoRA adapter only) leaves the tokenizer out: ``load_policy`` rebuilds
+        the base from its recipe, tokenizer and chat template included, so a shipped adapter need
+        not carry a copy (SmolLM2's is 3.5 MB).
 
         A LoRA adapter's ``adapter_config.json`` names its base (``base_model_name_or_path``):
         ``base_model_path`` when given, else ``base_model_folder()``, so PEFT alone can load it
@@ -182,8 +215,11 @@ class Policy:
         ``streamrl export --adapter`` writes that base next to the adapter)."""
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
+        if not tokenizer and not self.is_lora:
+            raise ValueError("only a LoRA adapter can be saved without its tokenizer (its base recipe brings one)")
         self.model.save_pretrained(folder)
-        self.tokenizer.save_pretrained(folder)
+        if tokenizer:
+            self.tokenizer.save_pretrained(folder)
         adapter_config = folder / "adapter_config.json"
         if self.is_lora and adapter_config.is_file():
             base_path = str(Path(base_model_path).resolve()) if base_model_path else self.base_model_folder()
@@ -199,6 +235,12 @@ class Policy:
         (folder / POLICY_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         readable_by_all(folder)
         return folder
+
+
+def _block_index(parameter_name: str) -> int | None:
+    """The transformer block a parameter belongs to (``...layers.12.self_attn...`` -> 12), else None."""
+    match = re.search(r"\.layers\.(\d+)\.", parameter_name)
+    return int(match.group(1)) if match else None
 
 
 def readable_by_all(folder: Path) -> None:

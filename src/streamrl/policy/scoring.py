@@ -78,7 +78,9 @@ def forward_for_loss(
     """One differentiable forward pass (what learners call inside their loss).
 
     Args:
-        input_ids, attention_mask: ``[B, T]`` (all inputs are moved to the model's device).
+        input_ids, attention_mask: ``[B, T]`` (all inputs are moved to the model's device, and the
+            outputs come back on ``input_ids``' device, differentiably: the loss math around a
+            GPU model stays on the CPU tensors of the batch).
         token_mask: ``[B, T]``, which tokens to score (default: all with a real predecessor).
             Column 0 must be False: nothing predicts the first token.
         excluded_ids: ids outside the action vocabulary (``Policy.banned_token_ids``).
@@ -88,7 +90,7 @@ def forward_for_loss(
     """
     _check_inputs(input_ids, attention_mask, token_mask, value_mask, segment_ids, value_token_ids, temperature)
     decoder, head = decoder_and_head(model)
-    device = next(decoder.parameters()).device
+    device, origin = next(decoder.parameters()).device, input_ids.device
     input_ids, attention_mask, token_mask, value_mask, segment_ids = (
         None if t is None else t.to(device) for t in (input_ids, attention_mask, token_mask, value_mask, segment_ids)
     )
@@ -122,7 +124,7 @@ def forward_for_loss(
         value_rows, value_cols = value_mask.bool().nonzero(as_tuple=True)
         pair = head(hidden[value_rows, value_cols])[:, list(value_token_ids)].float()  # [M, 2]
         value_logits = pair.new_zeros((*shape, 2)).index_put((value_rows, value_cols), pair)
-    return ScoreOutput(logprobs, entropies, value_logits)
+    return ScoreOutput(*(None if t is None else t.to(origin) for t in (logprobs, entropies, value_logits)))
 
 
 @torch.no_grad()

@@ -24,6 +24,7 @@ def update_config(config: Config) -> UpdateConfig:
         max_new_tokens=rollout.max_new_tokens,
         # a per-step row holds one response; a full-history row all of an episode's turns
         turns_per_row=1 if rollout.layout == "per_step" else rollout.max_turns,
+        train_top_layers=config.model.train_top_layers,
     )
 
 

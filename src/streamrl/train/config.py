@@ -57,6 +57,10 @@ class ModelConfig(Section):
     overrides: dict[str, Any] = {}
     #: start from these weights (an SFT output or checkpoint model folder) instead of the spec's
     init_from: str | None = None
+    #: train only the top N transformer blocks (their LoRA adapters, or their weights): the backward
+    #: pass stops at the lowest trained block, about a third less learner time with half of them;
+    #: null trains every block
+    train_top_layers: StrictInt | None = Field(None, ge=1)
     #: recompute activations in the backward pass (policy and PPO's critic): far less training
     #: memory for about one more forward pass of learner time
     gradient_checkpointing: StrictBool = False
@@ -165,6 +169,9 @@ class OptimConfig(Section):
 
 class TrainConfig(Section):
     steps: StrictInt = Field(50, ge=0)
+    #: stop after the step that reaches this many minutes of RL in this process (rollout and
+    #: learning, evaluations excluded), as if ``steps`` had been reached; null: no limit
+    time_limit_minutes: Float | None = Field(None, gt=0.0)
     #: trajectories per learner step
     batch_size: StrictInt = Field(32, ge=1)
     #: torch and numpy take seeds below 2**63

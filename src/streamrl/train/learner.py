@@ -56,6 +56,8 @@ class UpdateConfig:
     #: turns one row can hold (1 per step; None: the batch's longest trajectory)
     max_new_tokens: int
     turns_per_row: int | None
+    #: ``model.train_top_layers``: only the top blocks train (None: all)
+    train_top_layers: int | None = None
 
 
 @dataclass
@@ -77,6 +79,7 @@ class Learner:
         self.model = policy.model
         if settings.gradient_checkpointing:
             enable_gradient_checkpointing(self.model)
+        policy.limit_training(top_layers=settings.train_top_layers, value_rows=algorithm.reads_values)
         optim = settings.optim
         self.optimizer = adamw(policy.trainable_parameters(), lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay)
         #: trained beside the actor (PPO's), or None

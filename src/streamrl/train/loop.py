@@ -118,9 +118,14 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
     if state is not None:
         rollout.load_state_dict(state["rollout"])
     progress = Progress(config.train.steps, run.step, enabled=config.logging.progress, echo=echo)
+    rl_started, limit = time.monotonic(), config.train.time_limit_minutes
     try:
         async with rollout, GracefulStop() as stop:
             while run.step < config.train.steps:
+                if limit is not None and time.monotonic() - rl_started >= 60 * limit:
+                    echo(f"time limit: {limit:g} min of RL reached after step {run.step}")
+                    summary["stopped_by"] = "time_limit"
+                    break
                 try:
                     batch = await rollout.next_batch()
                 except DeadEnvironmentError:  # the environment keeps failing: keep what was learned, then stop
@@ -151,6 +156,7 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
                 if config.train.checkpoint_every and run.step % config.train.checkpoint_every == 0:
                     ws.save(run, policy, learner, rollout, logger)
             ws.save(run, policy, learner, rollout, logger)
+        rl_finished = time.monotonic()
         progress.close()
         if evaluates:
             summary["eval_after"] = await evaluate_and_log(f"eval-v{run.version}-final")
@@ -161,6 +167,7 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
         samples.close()
     policy.save(ws.root / "final_model")
     summary.update(steps=run.step, trajectories=run.trajectories, wall_s=round(time.monotonic() - started, 1),
+                   rl_s=round(rl_finished - rl_started, 1),
                    warnings=[stall.warning] if stall.warning else [])
     summary["report"] = str(write_report(ws.root, config, summary))
     ws.write_summary(summary)

@@ -294,6 +294,7 @@ def behaviour_cloning(
     model = policy.model
     if config.model.gradient_checkpointing:
         enable_gradient_checkpointing(model)
+    policy.limit_training(top_layers=config.model.train_top_layers, value_rows=False)  # SFT reads no values
     optimizer = adamw(policy.trainable_parameters(), lr=sft.lr, weight_decay=optim.weight_decay)
     rng = random.Random(config.train.seed)
     entity_ids = entity_token_ids(config, policy.tokenizer) if sft.shuffle_entities else None
