@@ -17,8 +17,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import re
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
