@@ -23,7 +23,7 @@ import pytest
 import streamrl
 from streamrl.sandbox import SandboxLimits, SandboxUnavailableError, run_python
 
-from .leaks import HAS_CGROUP, SAFE_HERE, survivors
+from .leaks import HAS_CGROUP, HAS_MEMORY_CGROUP, SAFE_HERE, survivors
 
 pytestmark = pytest.mark.skipif(not SAFE_HERE, reason="no safe level here: covered by the refusal test")
 
@@ -347,3 +347,36 @@ def test_refuses_to_run_when_no_safe_level_works(monkeypatch):
     finally:
         monkeypatch.undo()
         iso.available_isolations.cache_clear()
+
+
+def test_the_code_cannot_change_another_process_limits_but_can_set_and_read_its_own():
+    code = (
+        "import resource\n"
+        "try:\n"
+        "    resource.prlimit(1, resource.RLIMIT_NOFILE, (8, 8))\n"
+        "    print('lowered pid 1')\n"
+        "except PermissionError:\n"
+        "    print('refused')\n"
+        "print('reads', resource.prlimit(1, resource.RLIMIT_NOFILE)[0] > 8)\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (soft - 1, hard))\n"
+        "resource.prlimit(0, resource.RLIMIT_NOFILE, (soft - 2, hard))\n"
+        "print('own', resource.getrlimit(resource.RLIMIT_NOFILE)[0] == soft - 2)\n"
+    )
+    result = run_python(code)
+    assert result.stdout.split("\n")[:3] == ["refused", "reads True", "own True"], result
+
+
+@pytest.mark.skipif(not HAS_MEMORY_CGROUP, reason="needs a memory cgroup (the kernel then kills one process, not the run)")
+def test_a_timeout_after_the_kernel_killed_a_process_for_memory_is_reported_as_memory():
+    code = (
+        "import os, posix, time\n"
+        "for _ in range(2):\n"  # each within the per-process limit, together over the group's
+        "    if posix.fork() == 0:\n"
+        "        block = b'x' * (200 << 20)\n"
+        "        time.sleep(60)\n"
+        "time.sleep(60)\n"  # the parent waits on, as code waiting for its workers would
+    )
+    result = run_python(code, timeout=3.0, memory_mb=320)
+    assert result.status == "memory" and "memory limit of 320 MiB" in result.error, result
+    assert not survivors(result.run_id)

@@ -42,6 +42,17 @@ def test_sleep_is_killed_by_the_wall_clock_and_the_group_is_gone():
         os.killpg(result.pid, 0)
 
 
+def test_output_printed_before_a_timeout_is_kept_without_a_flush():
+    result = run_python("print('started', end='')\nprint(' working')\nimport time\ntime.sleep(60)", timeout=SHORT)
+    assert result.status == "timeout"
+    assert result.stdout == "started working\n"
+
+
+def test_a_self_sent_sigxcpu_is_a_crash_not_a_cpu_timeout():
+    result = run_python("import os, signal\nos.kill(os.getpid(), signal.SIGXCPU)")
+    assert result.status == "crashed" and "SIGXCPU" in result.error, result
+
+
 @pytest.mark.parametrize(
     "code",
     ["x = bytearray(8 << 30)", "chunks = []\nwhile True:\n    chunks.append(bytearray(1 << 20))"],

@@ -20,8 +20,10 @@ SECCOMP_MODE_FILTER = 2
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 
 #: denied outright (EPERM); ``clone`` is denied only with a namespace flag, ``clone3`` answers
-#: ENOSYS (its flags sit behind a pointer, so libc falls back to ``clone``), and ``ioctl`` only
-#: for the terminal-injection requests
+#: ENOSYS (its flags sit behind a pointer, so libc falls back to ``clone``), ``ioctl`` only for
+#: the terminal-injection requests, and ``prlimit64`` only when it sets another process's limits
+#: (the sandbox's own PID 1 shares the code's user: lowering its limits would break the run's
+#: supervision; ``setrlimit`` and ``prlimit(0, ...)`` on itself, and reading any, still work)
 DENIED_SYSCALLS = (
     "mount", "umount2", "pivot_root", "chroot", "setns", "unshare", "ptrace", "process_vm_readv",
     "process_vm_writev", "kcmp", "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
@@ -66,6 +68,17 @@ def seccomp_program() -> bytes | None:
     for name in DENIED_SYSCALLS:
         if name in numbers:
             prog += [_insn(_BPF_JEQ_K, 0, 1, numbers[name]), _insn(_BPF_RET_K, 0, 0, eperm)]
+    prog += [
+        _insn(_BPF_JEQ_K, 0, 8, numbers["prlimit64"]),
+        _insn(_BPF_LD_W_ABS, 0, 0, 16),  # args[0] (pid), low 32 bits: pid_t is an int
+        _insn(_BPF_JEQ_K, 5, 0, 0),  # pid 0: the caller itself
+        _insn(_BPF_LD_W_ABS, 0, 0, 32),  # args[2] (new limits), low 32 bits
+        _insn(_BPF_JEQ_K, 0, 2, 0),
+        _insn(_BPF_LD_W_ABS, 0, 0, 36),  # args[2], high 32 bits
+        _insn(_BPF_JEQ_K, 1, 0, 0),  # NULL: only reads the limits
+        _insn(_BPF_RET_K, 0, 0, eperm),
+        _insn(_BPF_RET_K, 0, 0, _RET_ALLOW),
+    ]
     prog += [_insn(_BPF_JEQ_K, 0, 1, numbers["clone3"]), _insn(_BPF_RET_K, 0, 0, enosys)]
     prog += [
         _insn(_BPF_JEQ_K, 0, 4, numbers["clone"]),

@@ -95,7 +95,7 @@ _X86_64 = {
     "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
     "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
     "clone3": 435, "pidfd_getfd": 438, "mount_setattr": 442, "quotactl_fd": 443,
-    "landlock_create_ruleset": 444, "landlock_add_rule": 445, "landlock_restrict_self": 446,
+    "landlock_create_ruleset": 444, "landlock_add_rule": 445, "landlock_restrict_self": 446, "prlimit64": 302,
 }  # fmt: skip
 _AARCH64 = {
     "ioctl": 29, "clone": 220, "ptrace": 117, "syslog": 116, "vhangup": 58, "pivot_root": 41, "adjtimex": 171,
@@ -108,7 +108,7 @@ _AARCH64 = {
     "kexec_file_load": 294, "bpf": 280, "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426,
     "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
     "fsmount": 432, "fspick": 433, "clone3": 435, "pidfd_getfd": 438, "mount_setattr": 442, "quotactl_fd": 443,
-    "landlock_create_ruleset": 444, "landlock_add_rule": 445, "landlock_restrict_self": 446,
+    "landlock_create_ruleset": 444, "landlock_add_rule": 445, "landlock_restrict_self": 446, "prlimit64": 261,
 }  # fmt: skip
 _TABLES = {"x86_64": _X86_64, "aarch64": _AARCH64}
 MACHINE = platform.machine()

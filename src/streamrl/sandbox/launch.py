@@ -287,7 +287,8 @@ def prepare_launch(
             "uid": uid,
             "gid": uid,
         }
-    interpreter = [sys.executable, "-I", "-B", "-c", _child_source(), json.dumps(config)]
+    # -u: what the code printed before a timeout kill reaches the pipe (a buffer would die with it)
+    interpreter = [sys.executable, "-I", "-B", "-u", "-c", _child_source(), json.dumps(config)]
     argv = isolation.command(workdir, interpreter, disk_bytes)
     if cgroup is not None:
         argv = cgroup.join_command(argv)

@@ -78,6 +78,10 @@ def classify(
     returncode = None
     if child is not None:
         returncode = -int(child["signal"]) if "signal" in child else int(child["exit"])
+    limit = f" of {memory_mb} MiB" if memory_mb else ""
+    if killed_for == "timeout" and (memory_killed or (child or {}).get("memory")):
+        # a process of the run died for memory and the rest waited on it: memory is the cause
+        return "memory", f"MemoryError: a process of the run hit the sandbox's memory limit{limit}, then the run timed out", returncode
     if killed_for == "timeout":
         return "timeout", f"TimeoutError: execution exceeded the {timeout_s:g} s time limit", returncode
     if killed_for == "output_limit":
@@ -90,12 +94,13 @@ def classify(
         detail = last_line(stderr) or "the sandbox ended without a report"
         return "crashed", f"sandbox failure: {detail}", returncode
     if "signal" in child and int(child["signal"]) == signal.SIGKILL and (memory_killed or child.get("memory")):
-        limit = f" of {memory_mb} MiB" if memory_mb else ""
         return "memory", f"MemoryError: the sandbox's memory limit{limit} for the whole run was exceeded", returncode
     if "signal" in child:
         number = int(child["signal"])
         used = float(child.get("cpu_s") or 0.0)
-        if number == signal.SIGXCPU or (number == signal.SIGKILL and used >= cpu_limit_s - 0.05):
+        # the CPU limit's signals, when the CPU time says the limit was reached (code can send
+        # itself SIGXCPU: that is a crash, not a timeout)
+        if number in (signal.SIGXCPU, signal.SIGKILL) and used >= cpu_limit_s - 0.05:
             return "timeout", f"TimeoutError: CPU time limit of {cpu_limit_s:g} s exceeded", returncode
         return "crashed", f"the Python process crashed ({_signal_name(number)})", returncode
     code = int(child["exit"])
