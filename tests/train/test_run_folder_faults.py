@@ -102,3 +102,24 @@ def test_sigint_asks_for_a_stop_and_a_second_signal_would_exit_at_once(monkeypat
         assert exits == [130]
 
     asyncio.run(main())
+
+
+def test_a_read_only_out_is_one_line_with_status_2(tmp_path, capsys, monkeypatch):
+    # root ignores directory permissions, so the read-only file system is simulated where the OS
+    # would answer: creating anything under the folder fails with EROFS
+    import errno
+    import os
+
+    read_only = tmp_path / "ro"
+    real_open = os.open
+
+    def refuse_under_read_only(path, *args, **kwargs):
+        if str(path).startswith(str(read_only)):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, *args, **kwargs)
+
+    read_only.mkdir()
+    monkeypatch.setattr(os, "open", refuse_under_read_only)
+    assert cli.main(["train", "--out", str(read_only / "run"), *ARGS]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"streamrl train: error: --out {read_only / 'run'}: cannot use it as a run folder (Read-only file system)"]
