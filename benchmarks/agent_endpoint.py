@@ -22,10 +22,10 @@ import time
 import openai
 
 from streamrl.agents import Endpoint, EndpointServer, Session, build_app
-from streamrl.policy.api import GenerationRequest, SamplingParams
 from streamrl.policy.dtype_choice import processor_name
-from streamrl.policy.engine import HFEngine
+from streamrl.policy.hf_engine import HFEngine
 from streamrl.policy.loading import load_policy
+from streamrl.policy.protocols import GenerationRequest, SamplingParams
 from streamrl.policy.tool_format import resolve_tool_format
 from streamrl.rollout.trajectory import DispatchRecord
 

@@ -40,8 +40,8 @@ from streamrl.policy import load_policy  # noqa: E402
 from streamrl.policy.dtype_choice import processor_name  # noqa: E402
 from streamrl.policy.errors import MissingDependencyError  # noqa: E402
 from streamrl.policy.scoring import forward_for_loss  # noqa: E402
-from streamrl.train.allocator import keep_freed_memory  # noqa: E402
-from streamrl.train.optim import adamw  # noqa: E402
+from streamrl.training.allocator import keep_freed_memory  # noqa: E402
+from streamrl.training.optim import adamw  # noqa: E402
 
 
 def matmul_gflops(m: int, k: int, n: int, repeats: int = 5) -> float:

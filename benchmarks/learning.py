@@ -33,10 +33,10 @@ from pathlib import Path
 
 from streamrl.api import evaluate
 from streamrl.policy.dtype_choice import processor_name
-from streamrl.train.config import Config, load_config
-from streamrl.train.loop import train
-from streamrl.train.run import load_run_policy
-from streamrl.train.sft import behaviour_cloning, collect_demonstrations
+from streamrl.training.config import Config, load_config
+from streamrl.training.loop import train
+from streamrl.training.run import load_run_policy
+from streamrl.training.sft import behaviour_cloning, collect_demonstrations
 
 ALGORITHMS = ("spo", "spo++", "grpo", "ppo", "sapo")
 REPO = Path(__file__).resolve().parents[1]

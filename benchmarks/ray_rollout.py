@@ -25,9 +25,9 @@ import time
 import ray
 import torch
 
-from streamrl.policy.api import SamplingParams
-from streamrl.policy.engine import HFEngine
+from streamrl.policy.hf_engine import HFEngine
 from streamrl.policy.loading import load_policy
+from streamrl.policy.protocols import SamplingParams
 from streamrl.rollout import EpisodeSettings, Rollout, RolloutSettings, UniformPromptSource, WorkerSpec, make_backend
 
 MODEL = {"spec": "tiny", "seed": 0, "threads": 1,

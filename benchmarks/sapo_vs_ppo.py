@@ -36,7 +36,7 @@ UPDATES = ("time_actor_update_s", "time_critic_update_s", "time_after_update_s")
 
 
 def _config(model: str, algo: str, args: argparse.Namespace):
-    from streamrl.train.config import load_config
+    from streamrl.training.config import load_config
 
     overrides = [
         f"model.spec={model}", "env.name=guess_number", "env.prompt={}", "env.parser={}",
@@ -51,10 +51,10 @@ def _config(model: str, algo: str, args: argparse.Namespace):
 def generate(model: str, args: argparse.Namespace, path: Path) -> float:
     """Generate one batch with the engine; save it; return the wall time."""
     from streamrl.envs import make
-    from streamrl.policy.engine import HFEngine
+    from streamrl.policy.hf_engine import HFEngine
     from streamrl.policy.loading import load_policy
-    from streamrl.rollout.evaluate import run_episodes
-    from streamrl.train.evaluate import episode_runner, episode_settings
+    from streamrl.rollout.play_tasks import run_episodes
+    from streamrl.training.evaluate import episode_runner, episode_settings
 
     config = _config(model, "sapo", args)
     policy = load_policy(model, seed=0, dtype=config.model.dtype)  # auto: says what it chose and why
@@ -82,7 +82,7 @@ def child(model: str, algo: str, batch_path: Path, args: argparse.Namespace) -> 
 
     from streamrl.policy.loading import load_policy
     from streamrl.rollout import Trajectory
-    from streamrl.train.assemble import make_learner
+    from streamrl.training.assemble import make_learner
 
     torch.manual_seed(0)
     config = _config(model, algo, args)

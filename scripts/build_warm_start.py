@@ -31,10 +31,10 @@ sys.path.insert(0, str(REPO / "src"))
 
 from streamrl.policy.dtype_choice import processor_name  # noqa: E402
 from streamrl.policy.loading import WARM_START_MANIFEST  # noqa: E402
-from streamrl.train.config import Config, load_config  # noqa: E402
-from streamrl.train.evaluate import evaluate  # noqa: E402
-from streamrl.train.run import load_run_policy  # noqa: E402
-from streamrl.train.sft import behaviour_cloning, demonstrations_and_heldout  # noqa: E402
+from streamrl.training.config import Config, load_config  # noqa: E402
+from streamrl.training.evaluate import evaluate  # noqa: E402
+from streamrl.training.run import load_run_policy  # noqa: E402
+from streamrl.training.sft import behaviour_cloning, demonstrations_and_heldout  # noqa: E402
 
 ROOT = REPO / "src" / "streamrl" / "policy" / "assets" / "warm_starts"
 SECTIONS = ("model", "env", "sft", "rollout", "eval")
@@ -58,7 +58,7 @@ def sha256(path: Path) -> str:
 
 async def held_out(config: Config, policy, greedy: bool) -> float:
     """Success on the environment's held-out split, greedy or sampled at ``eval.temperature``."""
-    from streamrl.policy.engine import HFEngine
+    from streamrl.policy.hf_engine import HFEngine
 
     config = config.model_copy(update={"eval": config.eval.model_copy(update={"greedy": greedy})})
     engine = HFEngine.from_policy(policy, seed=config.train.seed)

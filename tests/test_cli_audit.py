@@ -9,7 +9,7 @@ import pytest
 
 from streamrl import cli
 from streamrl.policy.loading import DTYPE_NAMES
-from streamrl.train.config import ModelConfig, config_to_yaml, load_config
+from streamrl.training.config import ModelConfig, config_to_yaml, load_config
 
 SMOKE = ["--config", "configs/smoke.yaml"]
 
@@ -127,7 +127,7 @@ def test_every_dtype_the_loader_accepts_is_configurable():
 def test_missing_tensorboard_is_said_in_one_warning(capsys, monkeypatch):
     import importlib.util
 
-    from streamrl.train.preflight import preflight
+    from streamrl.training.preflight import preflight
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     warnings = []

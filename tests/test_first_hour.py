@@ -11,9 +11,9 @@ import stat
 import pytest
 
 from streamrl import cli
-from streamrl.train.config import load_config
-from streamrl.train.progress import StallWatch
-from streamrl.train.report import wilson_interval
+from streamrl.training.config import load_config
+from streamrl.training.progress import StallWatch
+from streamrl.training.report import wilson_interval
 
 QUICK = ["train.steps=2", "train.batch_size=4", "rollout.concurrency=4", "env.eval_tasks=4", "logging.progress=true"]
 
@@ -33,7 +33,7 @@ def test_a_model_given_by_the_user_replaces_the_configs_whole_model_choice(confi
 
 
 def test_an_environment_given_by_the_user_gets_its_own_defaults_on_any_config():
-    from streamrl.train.preflight import preflight
+    from streamrl.training.preflight import preflight
 
     notes = []
     config = load_config("configs/default.yaml", ["env.name=math_tir"], note=notes.append)
@@ -121,7 +121,7 @@ def test_the_default_run_folder_of_a_module_environment_has_no_colon(monkeypatch
 
 
 def test_run_configs_build_on_an_environment_neutral_base(tmp_path):
-    from streamrl.train.config import ConfigError
+    from streamrl.training.config import ConfigError
 
     for name in ("default", "webshop", "math_tools", "math_smollm2"):
         assert load_config(f"configs/{name}.yaml").rollout.max_staleness == 1  # from configs/base.yaml
@@ -136,7 +136,7 @@ def test_run_configs_build_on_an_environment_neutral_base(tmp_path):
 
 
 def test_the_progress_line_says_when_episodes_crash():
-    from streamrl.train.progress import Progress
+    from streamrl.training.progress import Progress
 
     lines = []
     progress = Progress(2, echo=lines.append)

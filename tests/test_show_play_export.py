@@ -68,7 +68,7 @@ def test_show_filters_by_kind_and_failures(run_folder, capsys):
 def test_show_renders_with_rich_at_a_terminal(run_folder):
     from rich.console import Console
 
-    from streamrl.train.samples import read_samples, rich_transcript
+    from streamrl.training.samples import read_samples, rich_transcript
 
     console = Console(file=io.StringIO(), force_terminal=True, width=100)
     for record in read_samples(run_folder / "samples.jsonl"):
@@ -268,7 +268,7 @@ def test_a_lora_adapter_on_a_model_folder_names_its_base(tmp_path, hf_folder):
 
 def test_export_of_a_run_folder_uses_final_model_else_the_newest_valid_checkpoint(tmp_path, capsys):
     from streamrl.policy import load_policy
-    from streamrl.train.checkpoint import save_checkpoint
+    from streamrl.training.checkpoint import save_checkpoint
 
     run = tmp_path / "run"
     older, newer = load_policy(SMALL_TINY, seed=1), load_policy(SMALL_TINY, seed=2)

@@ -6,17 +6,16 @@
 
 Layers (imports point down only):
     cli, api
-    train      learners, loop, checkpoints, SFT
+    training   learners, loop, checkpoints, SFT
     rollout    async engine, trajectories, layouts      (uses envs, policy)
     algos | envs | sandbox | policy                      (ground floor, independent)
 """
 
 __version__ = "0.1.0"
 
-from streamrl import train  # noqa: E402  (callable: streamrl.api.train; see streamrl/train/__init__.py)
-from streamrl.api import evaluate  # noqa: E402
+from streamrl.api import evaluate, train  # noqa: E402
 from streamrl.envs import register  # noqa: E402
-from streamrl.train.algo_config import register_algorithm  # noqa: E402
-from streamrl.train.config import Config, ConfigError, load_config  # noqa: E402
+from streamrl.training.algo_config import register_algorithm  # noqa: E402
+from streamrl.training.config import Config, ConfigError, load_config  # noqa: E402
 
 __all__ = ["Config", "ConfigError", "__version__", "evaluate", "load_config", "register", "register_algorithm", "train"]

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from streamrl.train.config import Config, load_config
-from streamrl.train.preflight import preflight
+from streamrl.training.config import Config, load_config
+from streamrl.training.preflight import preflight
 
 ConfigLike = Config | str | Path | Sequence[str | Path]
 
@@ -32,7 +32,7 @@ def warn(message: str) -> None:
 def train(config: ConfigLike = "default", out: str | Path | None = None, *, overrides: Sequence[str] = (),
           algo: str | None = None, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
     """Train (SFT warm start, RL, evaluation, report) into ``out``; returns the run summary."""
-    from streamrl.train.loop import train as train_loop
+    from streamrl.training.loop import train as train_loop
 
     config = as_config(config, overrides, algo)
     preflight(config, demonstrations=config.sft.demos > 0 and config.model.init_from is None, warn=warn)
@@ -45,12 +45,12 @@ def evaluate(config: ConfigLike = "default", model: str | Path | None = None, *,
     """Evaluate ``model`` (default: ``model.init_from`` or ``model.spec``) on the configured split;
     the metrics name the model (``model``). With ``out``, the transcripts go to ``out/samples.jsonl``
     and the readable ones to ``out/samples.md``."""
-    from streamrl.policy.engine import HFEngine
+    from streamrl.policy.hf_engine import HFEngine
     from streamrl.policy.loading import load_policy
-    from streamrl.train.evaluate import evaluate as evaluate_policy
-    from streamrl.train.report import samples_markdown
-    from streamrl.train.run import policy_source
-    from streamrl.train.samples import SampleLog, read_samples
+    from streamrl.training.evaluate import evaluate as evaluate_policy
+    from streamrl.training.report import samples_markdown
+    from streamrl.training.run import policy_source
+    from streamrl.training.samples import SampleLog, read_samples
 
     config = as_config(config, overrides)
     preflight(config, warn=warn)

@@ -26,8 +26,8 @@ from streamrl import __version__
 from streamrl.api import warn
 from streamrl.envs.__main__ import _option
 from streamrl.policy.loading import DTYPE_NAMES
-from streamrl.train.config import ALGORITHMS, Config, ConfigError, load_config
-from streamrl.train.preflight import one_line, preflight
+from streamrl.training.config import ALGORITHMS, Config, ConfigError, load_config
+from streamrl.training.preflight import one_line, preflight
 
 #: the shipped configuration a command without --config runs (package data: works outside the clone)
 DEFAULT_CONFIG = "default"
@@ -93,9 +93,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from streamrl.train.loggers import MetricsLogger
-    from streamrl.train.run import claim_folder, load_run_policy
-    from streamrl.train.sft import behaviour_cloning, demonstrations_and_heldout
+    from streamrl.training.loggers import MetricsLogger
+    from streamrl.training.run import claim_folder, load_run_policy
+    from streamrl.training.sft import behaviour_cloning, demonstrations_and_heldout
 
     config = _config(args)
     out = _out_dir(args, config)
@@ -113,7 +113,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from streamrl.api import evaluate
-    from streamrl.train.report import eval_table
+    from streamrl.training.report import eval_table
 
     overrides = list(args.overrides)
     if args.split:
@@ -171,7 +171,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from streamrl.agents import Endpoint, EndpointServer, EndpointSettings, build_app
     from streamrl.policy.engines import make_engine
     from streamrl.policy.tool_format import resolve_tool_format
-    from streamrl.train.run import load_run_policy
+    from streamrl.training.run import load_run_policy
 
     config = _config(args)
     policy = load_run_policy(config, None)
@@ -197,7 +197,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from streamrl.train.compare import run_comparison
+    from streamrl.training.compare import run_comparison
 
     if len(args.config or []) > 1:
         raise CLIError(f"--config: compare takes one comparison file, got {len(args.config)} (training configs go in its base:)")
@@ -217,9 +217,9 @@ def cmd_play(args: argparse.Namespace) -> int:
             raise CLIError("--config: only used with --model (a person playing needs no configuration)")
         return play(args.env, args.seed, args.task_id, options, sys.stdin, sys.stdout, args.tools)
     from streamrl.api import warn as warning
-    from streamrl.policy.engine import HFEngine
+    from streamrl.policy.hf_engine import HFEngine
     from streamrl.policy.loading import load_policy
-    from streamrl.train.evaluate import episode_runner, episode_settings
+    from streamrl.training.evaluate import episode_runner, episode_settings
 
     model, run = model_of(args.model, "--model")
     config = _play_config(args, run)
@@ -260,7 +260,7 @@ def model_of(spec: str, field: str) -> tuple[str, Path | None]:
     """``(model, run)``: a run folder's model (``final_model``, else the newest valid checkpoint's
     policy) and the run folder; a model folder or spec as it is (run None)."""
     from streamrl.policy.loading import POLICY_FILE
-    from streamrl.train.checkpoint import latest_valid
+    from streamrl.training.checkpoint import latest_valid
 
     def is_model(folder: Path) -> bool:
         return any((folder / name).is_file() for name in ("config.json", "adapter_config.json", POLICY_FILE))
@@ -278,7 +278,7 @@ def model_of(spec: str, field: str) -> tuple[str, Path | None]:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from streamrl.train.samples import plain_transcript, read_samples, rich_transcript, select_samples
+    from streamrl.training.samples import plain_transcript, read_samples, rich_transcript, select_samples
 
     run = Path(args.run)
     if not run.is_dir():
@@ -457,8 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     from streamrl.envs.registry import EnvOptionError
     from streamrl.policy.errors import ChatTemplateError, MissingDependencyError, PolicyLoadError
     from streamrl.rollout import DeadEnvironmentError
-    from streamrl.train.errors import TrainingError, TrainingInterrupted
-    from streamrl.train.run import RunFolderError
+    from streamrl.training.errors import TrainingError, TrainingInterrupted
+    from streamrl.training.run import RunFolderError
 
     try:
         return args.func(args)

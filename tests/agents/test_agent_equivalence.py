@@ -18,13 +18,13 @@ from streamrl.agents import AgentBackend, AgentSettings
 from streamrl.envs import make
 from streamrl.envs.base import AsyncEnv
 from streamrl.envs.pick_object import PickObjectPromptBuilder, task
-from streamrl.policy.api import GenerationResult
 from streamrl.policy.loading import load_policy
+from streamrl.policy.protocols import GenerationResult
 from streamrl.policy.tool_format import resolve_tool_format
 from streamrl.rollout import EpisodeRunner, EpisodeSettings
 from streamrl.rollout.tool_calls import ToolCallParser
 from streamrl.rollout.trajectory import DispatchRecord
-from streamrl.train.batch import collate
+from streamrl.training.batch import collate
 
 ROOT = Path(__file__).resolve().parents[2]
 

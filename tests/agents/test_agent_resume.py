@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from streamrl.rollout import replay
-from streamrl.train.loggers import read_metrics
+from streamrl.training.loggers import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS, BATCH = 6, 8

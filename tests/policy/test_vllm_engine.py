@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from streamrl.policy.api import GenerationRequest, SamplingParams
+from streamrl.policy.protocols import GenerationRequest, SamplingParams
 from streamrl.policy.vllm_engine import VLLMEngine, engine_weights, sampling_kwargs, to_result
 
 VOCAB, BANNED = 12, (10, 11)
@@ -216,8 +216,8 @@ def test_vllm_update_weights_in_place(real):
 
 
 def test_make_engine_builds_the_configured_engine():
-    from streamrl.policy.engine import HFEngine
     from streamrl.policy.engines import make_engine
+    from streamrl.policy.hf_engine import HFEngine
     from streamrl.policy.loading import load_policy
 
     policy = load_policy("tiny", model_overrides={"hidden_size": 32, "num_hidden_layers": 1, "intermediate_size": 64})

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from streamrl.envs.base import ActionParser, AsyncEnv, StepResult
-from streamrl.policy.api import GenerationResult, SamplingParams
+from streamrl.policy.protocols import GenerationResult, SamplingParams
 from streamrl.policy.scripted import ScriptedEngine
 from streamrl.rollout import EpisodeSettings
 

@@ -107,7 +107,7 @@ def test_alfworld_lite_runs_in_group_mode_with_a_random_admissible_player():
 def test_the_real_tiny_engine_straddles_versions_and_keeps_tokens_exact():
     pytest.importorskip("transformers")
     from streamrl.policy import HFEngine, load_policy
-    from streamrl.policy.api import SamplingParams
+    from streamrl.policy.protocols import SamplingParams
 
     policy = load_policy("tiny")
     hf = HFEngine(policy.inference_model(), decode=policy.decode, banned_token_ids=policy.banned_token_ids)

@@ -8,7 +8,7 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamrl.policy.api import SamplingParams
+from streamrl.policy.protocols import SamplingParams
 from streamrl.policy.scripted import CharCodec, ScriptedEngine
 from streamrl.rollout import EpisodeSettings, full_history_sample, per_step_samples, to_samples
 

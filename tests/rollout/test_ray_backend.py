@@ -19,9 +19,9 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from streamrl.policy.api import SamplingParams  # noqa: E402
-from streamrl.policy.engine import HFEngine  # noqa: E402
+from streamrl.policy.hf_engine import HFEngine  # noqa: E402
 from streamrl.policy.loading import load_policy  # noqa: E402
+from streamrl.policy.protocols import SamplingParams  # noqa: E402
 from streamrl.rollout import (  # noqa: E402
     EpisodeSettings,
     Rollout,

@@ -7,7 +7,7 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamrl.policy.api import ChatCodec, GenerationRequest, InferenceEngine, SamplingParams
+from streamrl.policy.protocols import ChatCodec, GenerationRequest, InferenceEngine, SamplingParams
 from streamrl.policy.scripted import CharCodec, ScriptedEngine
 
 texts = st.text(st.characters(min_codepoint=32, max_codepoint=0x2FF), max_size=20)

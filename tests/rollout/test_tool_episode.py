@@ -14,13 +14,13 @@ import pytest
 from streamrl.envs import Env, EnvSpec, Step, tool
 from streamrl.envs.base import AsyncEnv
 from streamrl.envs.registry import ChatPromptBuilder
-from streamrl.policy.api import GenerationResult
 from streamrl.policy.chat import ChatTemplateCodec
+from streamrl.policy.protocols import GenerationResult
 from streamrl.policy.tiny import load_tiny_tokenizer
 from streamrl.policy.tool_format import resolve_tool_format
 from streamrl.rollout import EpisodeRunner, EpisodeSettings
 from streamrl.rollout.tool_calls import ToolCallParser
-from streamrl.train.batch import collate
+from streamrl.training.batch import collate
 
 from .rollout_toys import make_record
 

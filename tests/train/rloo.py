@@ -9,9 +9,9 @@ from typing import Any, Literal
 import torch
 
 from streamrl.rollout import PromptSource, UniformPromptSource
-from streamrl.train.algo_config import GroupConfig
-from streamrl.train.algorithms.base import Prepared, Setup, Stateless
-from streamrl.train.batch import Batch
+from streamrl.training.algo_config import GroupConfig
+from streamrl.training.algorithms.base import Prepared, Setup, Stateless
+from streamrl.training.batch import Batch
 
 
 class RLOOConfig(GroupConfig):

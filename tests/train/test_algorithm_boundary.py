@@ -7,9 +7,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import streamrl.train
+import streamrl.training
 
-TRAIN = Path(streamrl.train.__file__).parent
+TRAIN = Path(streamrl.training.__file__).parent
 
 
 def _imports(path: Path) -> set[str]:
@@ -37,7 +37,7 @@ def _attribute_chains(path: Path) -> set[str]:
 
 def test_algorithms_do_not_import_the_learner_or_the_loop():
     for path in sorted((TRAIN / "algorithms").glob("*.py")):
-        assert not _imports(path) & {"streamrl.train.learner", "streamrl.train.loop", "streamrl.train.assemble"}, path.name
+        assert not _imports(path) & {"streamrl.training.learner", "streamrl.training.loop", "streamrl.training.assemble"}, path.name
 
 
 def test_loop_and_learner_read_no_algorithm_fields_and_no_rollout_layout():
@@ -45,4 +45,4 @@ def test_loop_and_learner_read_no_algorithm_fields_and_no_rollout_layout():
         chains = _attribute_chains(TRAIN / name)
         assert not {c for c in chains if c.startswith("config.algo")}, name
         assert not {c for c in chains if c.endswith("rollout.layout")}, name
-    assert not _imports(TRAIN / "learner.py") & {"streamrl.train.algorithms"}
+    assert not _imports(TRAIN / "learner.py") & {"streamrl.training.algorithms"}

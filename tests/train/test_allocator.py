@@ -6,8 +6,8 @@ import platform
 
 import pytest
 
-from streamrl.train import allocator
-from streamrl.train.allocator import keep_freed_memory
+from streamrl.training import allocator
+from streamrl.training.allocator import keep_freed_memory
 
 
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")

@@ -1,5 +1,5 @@
-"""Collation, micro-batching and the index arithmetic of ``streamrl.train.batch``, and the one
-optimiser step (``streamrl.train.optim``): unit tests on hand-built trajectories."""
+"""Collation, micro-batching and the index arithmetic of ``streamrl.training.batch``, and the one
+optimiser step (``streamrl.training.optim``): unit tests on hand-built trajectories."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from streamrl.rollout import DispatchRecord, Trajectory, Turn
-from streamrl.train.batch import (
+from streamrl.training.batch import (
     bootstrap_values,
     broadcast_to_tokens,
     collate,
@@ -17,9 +17,9 @@ from streamrl.train.batch import (
     position_chunks,
     split_rows,
 )
-from streamrl.train.critic import ValueTargets
-from streamrl.train.errors import NonFiniteError
-from streamrl.train.optim import clip_and_step
+from streamrl.training.critic import ValueTargets
+from streamrl.training.errors import NonFiniteError
+from streamrl.training.optim import clip_and_step
 
 
 def _turn(context: list[int], action: list[int], reward: float = 0.0, done: bool = False) -> Turn:
@@ -157,7 +157,7 @@ def test_clip_and_step_clips_steps_clears_and_guards():
 
 def _critic(micro_batch_size: int):
     from streamrl.policy.loading import load_policy
-    from streamrl.train.critic import CriticUpdater
+    from streamrl.training.critic import CriticUpdater
 
     torch.manual_seed(0)
     policy = load_policy("tiny", seed=0)

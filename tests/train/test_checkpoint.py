@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from streamrl.train.checkpoint import latest_valid, list_checkpoints, save_checkpoint, verify
+from streamrl.training.checkpoint import latest_valid, list_checkpoints, save_checkpoint, verify
 
 
 def _write(payload: bytes):

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from streamrl.train import compare
-from streamrl.train.compare import CompareConfig, plan_runs, write_comparison_report
+from streamrl.training import compare
+from streamrl.training.compare import CompareConfig, plan_runs, write_comparison_report
 
 
 def _spec(**extra):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from streamrl.train.algo_config import GRPOConfig, SAPOConfig, SPOConfig, SPOPlusPlusConfig
-from streamrl.train.config import (
+from streamrl.training.algo_config import GRPOConfig, SAPOConfig, SPOConfig, SPOPlusPlusConfig
+from streamrl.training.config import (
     ALGORITHMS,
     ConfigError,
     config_to_yaml,
@@ -87,9 +87,9 @@ def test_round_trip_through_yaml(tmp_path):
 
 
 def test_the_algorithm_table_names_each_algorithm_once():
-    from streamrl.train.algo_config import ALGORITHM_TABLE
-    from streamrl.train.algorithms import algorithm_class
-    from streamrl.train.algorithms.base import Algorithm
+    from streamrl.training.algo_config import ALGORITHM_TABLE
+    from streamrl.training.algorithms import algorithm_class
+    from streamrl.training.algorithms.base import Algorithm
 
     assert ALGORITHMS == tuple(ALGORITHM_TABLE)[:5] == ("spo", "spo++", "grpo", "ppo", "sapo")  # then any registered
     members = [name for name in dir(Algorithm) if not name.startswith("_")] + list(Algorithm.__annotations__)
@@ -102,7 +102,7 @@ def test_the_algorithm_table_names_each_algorithm_once():
 
 
 def test_entity_tokens_come_from_the_environment_for_a_fresh_tiny_model_only():
-    from streamrl.train.run import policy_source
+    from streamrl.training.run import policy_source
 
     config = load_config(overrides=["env.name=webshop_lite", "model.entity_tokens=true"])
     tokens = policy_source(config)["entity_tokens"]

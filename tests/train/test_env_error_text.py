@@ -7,8 +7,8 @@ import asyncio
 import json
 
 from streamrl.envs import Env, EnvSpec, Step, register
-from streamrl.train.config import load_config
-from streamrl.train.loop import train
+from streamrl.training.config import load_config
+from streamrl.training.loop import train
 
 
 class Flaky(Env):
@@ -62,7 +62,7 @@ class Breaks(Env):
 
 def test_a_dead_environment_stops_training_after_its_own_setting_with_a_checkpoint(tmp_path):
     from streamrl.rollout import DeadEnvironmentError
-    from streamrl.train.checkpoint import latest_valid
+    from streamrl.training.checkpoint import latest_valid
 
     register("breaks", Breaks)
     Breaks.played = 0

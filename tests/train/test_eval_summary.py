@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streamrl.rollout import DispatchRecord, Trajectory
-from streamrl.train.evaluate import summarise
+from streamrl.training.evaluate import summarise
 
 
 def _episode(i: int, outcome: float | None, won: bool, task_type: str = "shop") -> Trajectory:

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from streamrl.envs import make
-from streamrl.policy.engine import HFEngine
+from streamrl.policy.hf_engine import HFEngine
 from streamrl.policy.loading import load_policy
-from streamrl.rollout.evaluate import run_episodes
-from streamrl.train.assemble import make_learner
-from streamrl.train.evaluate import episode_runner, episode_settings
+from streamrl.rollout.play_tasks import run_episodes
+from streamrl.training.assemble import make_learner
+from streamrl.training.evaluate import episode_runner, episode_settings
 
 
 def _rollouts(config, policy):

@@ -7,12 +7,12 @@ import asyncio
 import torch
 
 from streamrl.envs import make
-from streamrl.policy.engine import HFEngine
+from streamrl.policy.hf_engine import HFEngine
 from streamrl.policy.loading import load_policy
-from streamrl.rollout.evaluate import run_episodes
-from streamrl.train.assemble import make_learner
-from streamrl.train.batch import collate
-from streamrl.train.evaluate import episode_runner, episode_settings
+from streamrl.rollout.play_tasks import run_episodes
+from streamrl.training.assemble import make_learner
+from streamrl.training.batch import collate
+from streamrl.training.evaluate import episode_runner, episode_settings
 
 
 def _trajectory_logps(learner, batch):

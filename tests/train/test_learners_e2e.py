@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from streamrl.policy.loading import load_policy
-from streamrl.train.config import ALGORITHMS
-from streamrl.train.loggers import read_metrics
-from streamrl.train.loop import train
+from streamrl.training.config import ALGORITHMS
+from streamrl.training.loggers import read_metrics
+from streamrl.training.loop import train
 
 COMMON = ("loss", "policy_loss", "grad_norm", "clip_frac", "ppo_kl", "entropy", "success", "trajectories_consumed")
 SPECIFIC = {

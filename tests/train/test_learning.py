@@ -26,9 +26,9 @@ import asyncio
 
 import pytest
 
-from streamrl.train.config import load_config
-from streamrl.train.loggers import read_metrics
-from streamrl.train.loop import train
+from streamrl.training.config import load_config
+from streamrl.training.loggers import read_metrics
+from streamrl.training.loop import train
 
 
 @pytest.mark.parametrize("algo", ["spo++"])

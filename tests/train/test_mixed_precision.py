@@ -11,9 +11,9 @@ import torch
 
 from streamrl.policy.loading import load_policy
 from streamrl.policy.scoring import forward_for_loss
-from streamrl.train.config import load_config
-from streamrl.train.optim import adamw
-from streamrl.train.run import load_run_policy
+from streamrl.training.config import load_config
+from streamrl.training.optim import adamw
+from streamrl.training.run import load_run_policy
 
 SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
 

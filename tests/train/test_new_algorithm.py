@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import streamrl
-from streamrl.train.loggers import read_metrics
-from streamrl.train.loop import train
+from streamrl.training.loggers import read_metrics
+from streamrl.training.loop import train
 
 from . import rloo
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from streamrl.policy.loading import load_policy
-from streamrl.train.optim import adamw, load_optimizer_state
+from streamrl.training.optim import adamw, load_optimizer_state
 
 
 def _three_steps(fused: bool) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:

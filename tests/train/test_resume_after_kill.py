@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from streamrl.rollout import read_events, replay
-from streamrl.train.loggers import read_metrics
+from streamrl.training.loggers import read_metrics
 
 STEPS, BATCH = 8, 8
 ARGS = [

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from streamrl.rollout import DispatchRecord, Trajectory, Turn
-from streamrl.train.batch import collate, shaped_turn_rewards
-from streamrl.train.config import RewardConfig
+from streamrl.training.batch import collate, shaped_turn_rewards
+from streamrl.training.config import RewardConfig
 
 
 def _turn(reward: float, *, valid: bool = True, effective: bool = True) -> Turn:
@@ -34,8 +34,8 @@ def test_collate_carries_the_shaped_rewards_and_the_outcome_stays_the_environmen
 
 
 def test_a_malformed_action_cheaper_than_an_ineffective_one_is_warned_about():
-    from streamrl.train.config import load_config
-    from streamrl.train.preflight import preflight
+    from streamrl.training.config import load_config
+    from streamrl.training.preflight import preflight
 
     def warnings(*overrides):
         said = []

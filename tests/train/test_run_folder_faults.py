@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from streamrl import cli
-from streamrl.train.loggers import read_metrics
+from streamrl.training.loggers import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["--config", "configs/smoke.yaml", "train.steps=400", "train.checkpoint_every=0", "train.eval_at_start=false",
@@ -87,7 +87,7 @@ def test_sigint_asks_for_a_stop_and_a_second_signal_would_exit_at_once(monkeypat
     import asyncio
     import os
 
-    from streamrl.train.signals import GracefulStop
+    from streamrl.training.signals import GracefulStop
 
     exits = []
     monkeypatch.setattr(os, "_exit", exits.append)

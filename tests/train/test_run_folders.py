@@ -8,7 +8,7 @@ import json
 import pytest
 
 from streamrl import cli
-from streamrl.train.checkpoint import latest_valid
+from streamrl.training.checkpoint import latest_valid
 
 from . import conftest  # noqa: F401  (registers the coin environment)
 

@@ -6,12 +6,12 @@ import asyncio
 import json
 
 from streamrl.rollout import DispatchRecord, Trajectory, Turn
-from streamrl.train.config import load_config
-from streamrl.train.loggers import read_metrics
-from streamrl.train.loop import train
-from streamrl.train.report import samples_markdown
-from streamrl.train.run import Workspace
-from streamrl.train.samples import mixed_selection, transcript
+from streamrl.training.config import load_config
+from streamrl.training.loggers import read_metrics
+from streamrl.training.loop import train
+from streamrl.training.report import samples_markdown
+from streamrl.training.run import Workspace
+from streamrl.training.samples import mixed_selection, transcript
 
 
 def _turn(action: str, observation: str, reward: float = 0.0, valid: bool = True) -> Turn:

@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from streamrl.rollout import LocalBackend
-from streamrl.train.backends import rollout_backend, worker_spec
-from streamrl.train.config import ConfigError, load_config
-from streamrl.train.evaluate import episode_settings
+from streamrl.training.backend_choice import rollout_backend, worker_spec
+from streamrl.training.config import ConfigError, load_config
+from streamrl.training.evaluate import episode_settings
 
 
 def test_defaults_are_one_process_and_the_hf_engine():

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from streamrl.policy.scoring import forward_for_loss
-from streamrl.train.batch import collate
-from streamrl.train.config import load_config
-from streamrl.train.run import load_run_policy, policy_source
-from streamrl.train.sft import (
+from streamrl.training.batch import collate
+from streamrl.training.config import load_config
+from streamrl.training.run import load_run_policy, policy_source
+from streamrl.training.sft import (
     behaviour_cloning,
     collect_demonstrations,
     entity_token_ids,

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from streamrl.train.compare import load_compare_config
-from streamrl.train.config import load_config
+from streamrl.training.compare import load_compare_config
+from streamrl.training.config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

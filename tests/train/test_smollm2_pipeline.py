@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from streamrl.train.config import load_config
-from streamrl.train.loop import train
+from streamrl.training.config import load_config
+from streamrl.training.loop import train
 
 pytestmark = pytest.mark.slow
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import asyncio
 
-from streamrl.train.config import load_config
-from streamrl.train.loggers import read_metrics
-from streamrl.train.loop import train
+from streamrl.training.config import load_config
+from streamrl.training.loggers import read_metrics
+from streamrl.training.loop import train
 
 
 def test_rl_through_tool_calls_raises_held_out_success(tmp_path):

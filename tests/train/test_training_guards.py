@@ -12,10 +12,10 @@ import torch
 from streamrl import cli
 from streamrl.envs import register
 from streamrl.rollout import DeadEnvironmentError
-from streamrl.train.checkpoint import latest_valid, list_checkpoints
-from streamrl.train.errors import NonFiniteError, TrainingError
-from streamrl.train.learner import Learner
-from streamrl.train.loop import require_outcomes, train
+from streamrl.training.checkpoint import latest_valid, list_checkpoints
+from streamrl.training.errors import NonFiniteError, TrainingError
+from streamrl.training.learner import Learner
+from streamrl.training.loop import require_outcomes, train
 
 from .conftest import AnyText, CoinEnv, CoinPrompt
 
@@ -85,7 +85,7 @@ def test_runs_that_cannot_fit_in_memory_are_refused_before_allocating(tmp_path, 
 
 
 def test_the_memory_estimates_scale_with_the_config(coin_config):
-    from streamrl.train.resources import batch_bytes, check_resources, parameter_count
+    from streamrl.training.resources import batch_bytes, check_resources, parameter_count
 
     config = coin_config("spo++")
     small = parameter_count(config)

@@ -26,7 +26,7 @@ from typing import Any
 
 from streamrl.agents.server import Endpoint, EndpointServer, EndpointSettings, build_app
 from streamrl.agents.sessions import Session, to_trajectory
-from streamrl.policy.api import InferenceEngine
+from streamrl.policy.protocols import InferenceEngine
 from streamrl.policy.tool_format import ToolFormat
 from streamrl.rollout.trajectory import DispatchRecord, Trajectory
 

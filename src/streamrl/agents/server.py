@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamrl.agents.sessions import Call, Session, SessionStore, request_key, same_reply
-from streamrl.policy.api import GenerationRequest, InferenceEngine, SamplingParams
+from streamrl.policy.protocols import GenerationRequest, InferenceEngine, SamplingParams
 from streamrl.policy.tool_format import ToolFormat
 
 MODEL_NAME = "streamrl-policy"

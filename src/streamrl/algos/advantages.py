@@ -61,7 +61,7 @@ def sapo_advantages(
             (each turn weighs its action-token count ``turn_lengths``, SPO++'s measure).
     Returns:
         ``[B, T]`` normalised advantages, 0 on padded turns; broadcast with
-        ``streamrl.train.batch.broadcast_to_tokens``.
+        ``streamrl.training.batch.broadcast_to_tokens``.
     """
     adv = gae_advantages if invalid is None else invalid_action_correction(gae_advantages, invalid, kappa)
     if norm_measure == "turn":

@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from streamrl.policy.api import (
+from streamrl.policy.errors import ChatTemplateError, MissingDependencyError, PolicyLoadError
+from streamrl.policy.protocols import (
     ChatCodec,
     FinishReason,
     GenerationRequest,
@@ -17,7 +18,6 @@ from streamrl.policy.api import (
     InferenceEngine,
     SamplingParams,
 )
-from streamrl.policy.errors import ChatTemplateError, MissingDependencyError, PolicyLoadError
 
 _LAZY = {
     "load_policy": "streamrl.policy.loading",
@@ -27,7 +27,7 @@ _LAZY = {
     "ToolFormat": "streamrl.policy.tool_format",
     "FORMATS": "streamrl.policy.tool_format",
     "resolve_tool_format": "streamrl.policy.tool_format",
-    "HFEngine": "streamrl.policy.engine",
+    "HFEngine": "streamrl.policy.hf_engine",
     "score": "streamrl.policy.scoring",
     "forward_for_loss": "streamrl.policy.scoring",
     "ScoreOutput": "streamrl.policy.scoring",

@@ -55,7 +55,7 @@ Tools = list[dict[str, Any]] | None
 
 
 class ChatTemplateCodec:
-    """Implements ``streamrl.policy.api.ChatCodec`` for a tokenizer that has a chat template.
+    """Implements ``streamrl.policy.protocols.ChatCodec`` for a tokenizer that has a chat template.
 
     Attributes set on construction: ``append_only`` (rendering more user or tool messages never
     rewrites what was rendered before), ``not_append_only_reason`` (empty when append-only), and

@@ -17,11 +17,11 @@ from typing import Any
 
 import torch
 
-from streamrl.policy.api import FinishReason, GenerationRequest, GenerationResult
 from streamrl.policy.fused_forward import FusedDecoder
 from streamrl.policy.kv_cache import PrefillCache, PrefixStore, SlabCache, SlabPrefill
 from streamrl.policy.modeling import cache_argument, decoder_and_head
 from streamrl.policy.prefill import layout, prefill_groups, shared_prefixes
+from streamrl.policy.protocols import FinishReason, GenerationRequest, GenerationResult
 from streamrl.policy.sampling import sample_next
 
 Deliver = Callable[[GenerationResult], None]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamrl.policy.api import InferenceEngine
+from streamrl.policy.protocols import InferenceEngine
 
 ENGINES = ("hf", "vllm")
 
@@ -13,7 +13,7 @@ ENGINES = ("hf", "vllm")
 def make_engine(kind: str, policy: Any, *, version: int = 0, seed: int = 0, threads: int | None = None) -> InferenceEngine:
     """An engine over a copy of ``policy``'s weights at ``version`` (``threads``: HF engine only)."""
     if kind == "hf":
-        from streamrl.policy.engine import HFEngine
+        from streamrl.policy.hf_engine import HFEngine
 
         return HFEngine.from_policy(policy, version=version, seed=seed, threads=threads)
     if kind == "vllm":

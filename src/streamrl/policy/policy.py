@@ -1,6 +1,6 @@
 """``Policy``: a causal LM, its tokenizer and chat codec, and SAPO's value tokens, in one object.
 
-``Policy`` implements ``streamrl.policy.api.ChatCodec``. It gives engines their own plain copy of
+``Policy`` implements ``streamrl.policy.protocols.ChatCodec``. It gives engines their own plain copy of
 the model (``inference_model``) and the weights to refresh it with (``state_dict_for_engine``),
 and saves to a folder that ``load_policy`` reads back (a ``save_pretrained`` folder, or a peft
 adapter folder plus the recipe of its base model).

@@ -21,8 +21,8 @@ import json
 import random
 from typing import Any, Callable
 
-from streamrl.policy.api import GenerationRequest, GenerationResult
 from streamrl.policy.chat import check_bridge_messages
+from streamrl.policy.protocols import GenerationRequest, GenerationResult
 
 PAD, START, END = 0, 1, 2
 _SPECIAL_TEXT = {PAD: "<|pad|>", START: "<|im_start|>", END: "<|im_end|>"}

@@ -26,8 +26,8 @@ from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from streamrl.policy.api import GenerationRequest, GenerationResult, SamplingParams
 from streamrl.policy.errors import MissingDependencyError
+from streamrl.policy.protocols import GenerationRequest, GenerationResult, SamplingParams
 
 
 class VLLMSurface(Protocol):

@@ -25,7 +25,7 @@ Usage (a trainer loop)::
 
     env = make("guess_number")
     rollout = Rollout(
-        engine=engine,  # any streamrl.policy.api.InferenceEngine
+        engine=engine,  # any streamrl.policy.protocols.InferenceEngine
         codec=codec,  # its ChatCodec
         env_factory=lambda: make("guess_number"),
         parser=make_parser("guess_number"),
@@ -56,9 +56,9 @@ Evaluation, outside the training stream::
 from streamrl.rollout.backend import EpisodeBackend, LocalBackend, WorkerSpec, make_backend
 from streamrl.rollout.dispatcher import Rollout
 from streamrl.rollout.episode import EpisodeRunner, EpisodeSettings
-from streamrl.rollout.evaluate import run_episodes
 from streamrl.rollout.events import EventLog, read_events, replay
 from streamrl.rollout.layouts import TrainingSample, full_history_sample, per_step_samples, to_samples
+from streamrl.rollout.play_tasks import run_episodes
 from streamrl.rollout.settings import DeadEnvironmentError, RolloutError, RolloutSettings, RolloutStalledError
 from streamrl.rollout.sources import DispatchMeta, PromptSource, UniformPromptSource
 from streamrl.rollout.staleness import admission_capacity, is_stale, sample_lag

@@ -14,7 +14,7 @@ from typing import Any, Callable, Literal, Protocol
 
 from streamrl.envs import make
 from streamrl.envs.base import ActionParser, AsyncEnv, Env, PromptBuilder
-from streamrl.policy.api import ChatCodec, InferenceEngine
+from streamrl.policy.protocols import ChatCodec, InferenceEngine
 from streamrl.policy.tool_format import resolve_tool_format
 from streamrl.rollout.env_pool import EnvPool
 from streamrl.rollout.episode import EpisodeRunner, EpisodeSettings

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamrl.envs.base import PromptBuilder
-from streamrl.policy.api import ChatCodec
+from streamrl.policy.protocols import ChatCodec
 
 Tools = list[dict[str, Any]] | None
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from streamrl.envs.base import ActionParser, AsyncEnv, Env, PromptBuilder
-from streamrl.policy.api import ChatCodec, InferenceEngine
+from streamrl.policy.protocols import ChatCodec, InferenceEngine
 from streamrl.rollout.backend import EpisodeBackend, LocalBackend
 from streamrl.rollout.collect import Group
 from streamrl.rollout.events import EventLog, dispatch_fields, result_fields

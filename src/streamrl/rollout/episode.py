@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Iterable, TypeVar
 
 from streamrl.envs.base import ActionParser, AsyncEnv, PromptBuilder, StepResult
 from streamrl.envs.tools import AssistantMessage
-from streamrl.policy.api import ChatCodec, GenerationRequest, GenerationResult, InferenceEngine, SamplingParams
+from streamrl.policy.protocols import ChatCodec, GenerationRequest, GenerationResult, InferenceEngine, SamplingParams
 from streamrl.rollout.context import bridge_ids, opening_ids, step_prompt_ids
 from streamrl.rollout.env_pool import EnvPool
 from streamrl.rollout.timeouts import CallTimedOut, bounded

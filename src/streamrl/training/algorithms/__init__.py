@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import importlib
 
-from streamrl.train.algo_config import ALGORITHM_TABLE, PolicyLossConfig
-from streamrl.train.algorithms.base import Algorithm, Setup
+from streamrl.training.algo_config import ALGORITHM_TABLE, PolicyLossConfig
+from streamrl.training.algorithms.base import Algorithm, Setup
 
 
 def algorithm_class(name: str) -> type[Algorithm]:

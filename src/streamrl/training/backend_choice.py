@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamrl.policy.api import InferenceEngine
+from streamrl.policy.protocols import InferenceEngine
 from streamrl.rollout import EpisodeBackend, EpisodeSettings, WorkerSpec, make_backend
-from streamrl.train.agent_mode import agent_backend, external_backend
-from streamrl.train.config import Config
-from streamrl.train.run import policy_source
+from streamrl.training.agent_mode import agent_backend, external_backend
+from streamrl.training.config import Config
+from streamrl.training.run import policy_source
 
 
 def worker_spec(config: Config, episode: EpisodeSettings, engine_threads: int | None) -> WorkerSpec:

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from streamrl.train.config import Config, ConfigError
+from streamrl.training.config import Config, ConfigError
 
 GIB = 1 << 30
 #: a generated or context token as the trainer holds it: in a trajectory's Python lists, and in

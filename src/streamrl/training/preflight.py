@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from streamrl.envs.base import Env
-from streamrl.train.config import Config, ConfigError
+from streamrl.training.config import Config, ConfigError
 
 #: logging field -> (package it needs, extra that installs it)
 LOGGING_PACKAGES = {"wandb_project": ("wandb", "wandb"), "mlflow_experiment": ("mlflow", "mlflow")}
@@ -119,7 +119,7 @@ def _check_action_form(config: Config, env: Any) -> None:
 
 def check_demonstrations(config: Config, env: Any) -> None:
     """The demonstrator ``sft.source`` names exists for this environment (a file: every line reads)."""
-    from streamrl.train.sft import load_replays
+    from streamrl.training.sft import load_replays
 
     source, name = config.sft.source, config.env.name
     if source == "expert" and not hasattr(env, "expert_action"):

@@ -24,17 +24,17 @@ from typing import Any, Callable
 import torch
 
 from streamrl.envs import Env, StepResult, make, make_parser
-from streamrl.policy.api import GenerationRequest, GenerationResult
 from streamrl.policy.modeling import enable_gradient_checkpointing
+from streamrl.policy.protocols import GenerationRequest, GenerationResult
 from streamrl.policy.scoring import default_token_mask, forward_for_loss
 from streamrl.rollout import Trajectory
-from streamrl.rollout.evaluate import run_episodes
+from streamrl.rollout.play_tasks import run_episodes
 from streamrl.rollout.roles import prompt_builder
-from streamrl.train.batch import collate, micro_batches
-from streamrl.train.config import Config
-from streamrl.train.evaluate import episode_runner, episode_settings
-from streamrl.train.optim import adamw, clip_and_step
-from streamrl.train.run import environment_entities
+from streamrl.training.batch import collate, micro_batches
+from streamrl.training.config import Config
+from streamrl.training.evaluate import episode_runner, episode_settings
+from streamrl.training.optim import adamw, clip_and_step
+from streamrl.training.run import environment_entities
 
 Demonstrator = Callable[[str, dict[str, Any]], str]  # (observation, info) -> model text
 

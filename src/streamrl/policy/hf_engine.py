@@ -42,9 +42,9 @@ from typing import Any
 
 import torch
 
-from streamrl.policy.api import GenerationRequest, GenerationResult
 from streamrl.policy.decode_loop import DecodeLoop, Deliver
 from streamrl.policy.kv_cache import ATTENTION_NAME, register_engine_attention
+from streamrl.policy.protocols import GenerationRequest, GenerationResult
 
 
 class HFEngine:

@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 import torch
 
 from streamrl.rollout import Trajectory, to_samples
-from streamrl.train.config import RewardConfig
+from streamrl.training.config import RewardConfig
 
 
 @dataclass

@@ -6,9 +6,9 @@ from typing import Any
 
 from streamrl.algos import grpo_advantages, grpo_group_stats
 from streamrl.rollout import PromptSource, UniformPromptSource
-from streamrl.train.algo_config import GRPOConfig
-from streamrl.train.algorithms.base import Prepared, Setup, Stateless
-from streamrl.train.batch import Batch
+from streamrl.training.algo_config import GRPOConfig
+from streamrl.training.algorithms.base import Prepared, Setup, Stateless
+from streamrl.training.batch import Batch
 
 
 class GRPO(Stateless):

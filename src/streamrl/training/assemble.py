@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamrl.train.algorithms import make_algorithm
-from streamrl.train.algorithms.base import Setup
-from streamrl.train.config import Config
-from streamrl.train.learner import Learner, UpdateConfig
+from streamrl.training.algorithms import make_algorithm
+from streamrl.training.algorithms.base import Setup
+from streamrl.training.config import Config
+from streamrl.training.learner import Learner, UpdateConfig
 
 
 def update_config(config: Config) -> UpdateConfig:

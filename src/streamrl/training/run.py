@@ -33,11 +33,11 @@ import torch
 from streamrl.envs import make
 from streamrl.policy.loading import load_policy
 from streamrl.rollout import Trajectory
-from streamrl.train.checkpoint import Checkpoint, latest_valid, save_checkpoint
-from streamrl.train.config import Config, ConfigError, config_to_yaml, load_config
-from streamrl.train.errors import TrainingError
-from streamrl.train.loggers import MetricsLogger
-from streamrl.train.samples import SampleLog
+from streamrl.training.checkpoint import Checkpoint, latest_valid, save_checkpoint
+from streamrl.training.config import Config, ConfigError, config_to_yaml, load_config
+from streamrl.training.errors import TrainingError
+from streamrl.training.loggers import MetricsLogger
+from streamrl.training.samples import SampleLog
 
 
 @dataclass

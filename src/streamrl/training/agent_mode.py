@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamrl.policy.api import InferenceEngine
+from streamrl.policy.protocols import InferenceEngine
 from streamrl.policy.tool_format import resolve_tool_format
-from streamrl.train.config import Config
+from streamrl.training.config import Config
 
 
 def agent_tasks(config: Config) -> dict[str, list[dict[str, Any]]]:

@@ -23,9 +23,9 @@ from pydantic import (
     model_validator,
 )
 
-from streamrl.train.algo_config import ALGORITHM_TABLE, GroupConfig, PolicyLossConfig, algo_fields, algo_section
-from streamrl.train.algo_config import ALGORITHMS as ALGORITHMS  # re-exported: the CLI's choices
-from streamrl.train.sections import MAX_LR, Float, Section
+from streamrl.training.algo_config import ALGORITHM_TABLE, GroupConfig, PolicyLossConfig, algo_fields, algo_section
+from streamrl.training.algo_config import ALGORITHMS as ALGORITHMS  # re-exported: the CLI's choices
+from streamrl.training.sections import MAX_LR, Float, Section
 
 MAX_TASKS = 1_000_000
 #: the configurations shipped as package data (``configs/`` in the repository links here)

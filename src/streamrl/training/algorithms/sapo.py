@@ -23,9 +23,9 @@ from streamrl.algos import (
 )
 from streamrl.policy.scoring import ScoreOutput
 from streamrl.rollout import PromptSource, UniformPromptSource
-from streamrl.train.algo_config import SAPOConfig
-from streamrl.train.algorithms.base import Auxiliary, Prepared, Setup, Stateless
-from streamrl.train.batch import Batch, Counts, MicroBatch, bootstrap_values
+from streamrl.training.algo_config import SAPOConfig
+from streamrl.training.algorithms.base import Auxiliary, Prepared, Setup, Stateless
+from streamrl.training.batch import Batch, Counts, MicroBatch, bootstrap_values
 
 
 @dataclass

@@ -11,8 +11,8 @@ import torch
 
 from streamrl.algos import advantage_stats, spo_advantages, spopp_advantages
 from streamrl.rollout import DispatchMeta, Trajectory
-from streamrl.train.algorithms.base import Play, Prepared, Setup
-from streamrl.train.batch import Batch
+from streamrl.training.algorithms.base import Play, Prepared, Setup
+from streamrl.training.batch import Batch
 
 
 class TrackerSource:

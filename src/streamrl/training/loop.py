@@ -16,26 +16,26 @@ from typing import Any
 import torch
 
 from streamrl.envs import make
-from streamrl.policy.api import InferenceEngine
 from streamrl.policy.dtype_choice import processor_name
 from streamrl.policy.engines import make_engine
+from streamrl.policy.protocols import InferenceEngine
 from streamrl.policy.tool_format import resolve_tool_format
 from streamrl.rollout import DeadEnvironmentError, Rollout, RolloutSettings
-from streamrl.rollout.evaluate import run_episodes
-from streamrl.train.agent_mode import agent_tasks, play_agent
-from streamrl.train.allocator import keep_freed_memory
-from streamrl.train.assemble import make_learner
-from streamrl.train.backends import rollout_backend
-from streamrl.train.config import Config
-from streamrl.train.errors import TrainingError, TrainingInterrupted
-from streamrl.train.evaluate import episode_runner, episode_settings, evaluate
-from streamrl.train.progress import Progress, StallWatch
-from streamrl.train.report import write_report
-from streamrl.train.resources import check_resources
-from streamrl.train.run import RunState, Workspace, load_run_policy, model_line, model_record
-from streamrl.train.samples import mixed_selection
-from streamrl.train.sft import behaviour_cloning, demonstrations_and_heldout
-from streamrl.train.signals import GracefulStop
+from streamrl.rollout.play_tasks import run_episodes
+from streamrl.training.agent_mode import agent_tasks, play_agent
+from streamrl.training.allocator import keep_freed_memory
+from streamrl.training.assemble import make_learner
+from streamrl.training.backend_choice import rollout_backend
+from streamrl.training.config import Config
+from streamrl.training.errors import TrainingError, TrainingInterrupted
+from streamrl.training.evaluate import episode_runner, episode_settings, evaluate
+from streamrl.training.progress import Progress, StallWatch
+from streamrl.training.report import write_report
+from streamrl.training.resources import check_resources
+from streamrl.training.run import RunState, Workspace, load_run_policy, model_line, model_record
+from streamrl.training.samples import mixed_selection
+from streamrl.training.sft import behaviour_cloning, demonstrations_and_heldout
+from streamrl.training.signals import GracefulStop
 
 
 async def train(config: Config, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False,

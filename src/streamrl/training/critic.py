@@ -17,8 +17,8 @@ import torch
 
 from streamrl.algos import value_loss
 from streamrl.policy.modeling import decoder_and_head, enable_gradient_checkpointing, position_ids_from_mask
-from streamrl.train.batch import Batch, position_chunks
-from streamrl.train.optim import adamw, check_finite_value, clip_and_step, load_optimizer_state
+from streamrl.training.batch import Batch, position_chunks
+from streamrl.training.optim import adamw, check_finite_value, clip_and_step, load_optimizer_state
 
 
 @dataclass

@@ -11,9 +11,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from streamrl.train.config import Config
-from streamrl.train.loggers import read_metrics
-from streamrl.train.samples import answer_lines
+from streamrl.training.config import Config
+from streamrl.training.loggers import read_metrics
+from streamrl.training.samples import answer_lines
 
 #: transcripts of each kind (success, failure) shown in report/samples.md
 SHOWN_PER_KIND = 3

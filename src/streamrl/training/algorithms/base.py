@@ -16,9 +16,9 @@ import torch
 
 from streamrl.policy.scoring import ScoreOutput
 from streamrl.rollout import PromptSource, Trajectory
-from streamrl.train.batch import Batch, Counts, MicroBatch, shaped_turn_rewards
-from streamrl.train.config import OptimConfig, RewardConfig
-from streamrl.train.critic import CriticUpdater, ValueTargets
+from streamrl.training.batch import Batch, Counts, MicroBatch, shaped_turn_rewards
+from streamrl.training.config import OptimConfig, RewardConfig
+from streamrl.training.critic import CriticUpdater, ValueTargets
 
 Targets = TypeVar("Targets")
 

@@ -13,10 +13,10 @@ import torch
 
 from streamrl.algos import advantage_stats, token_measure_whiten, turn_gae_batched, turn_normalize
 from streamrl.rollout import PromptSource, UniformPromptSource
-from streamrl.train.algo_config import PPOConfig
-from streamrl.train.algorithms.base import Prepared, Setup, Stateless
-from streamrl.train.batch import Batch, bootstrap_values
-from streamrl.train.critic import CriticUpdater, ValueTargets
+from streamrl.training.algo_config import PPOConfig
+from streamrl.training.algorithms.base import Prepared, Setup, Stateless
+from streamrl.training.batch import Batch, bootstrap_values
+from streamrl.training.critic import CriticUpdater, ValueTargets
 
 
 class PPO(Stateless):

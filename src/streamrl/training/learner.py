@@ -23,9 +23,9 @@ from streamrl.policy.modeling import enable_gradient_checkpointing
 from streamrl.policy.scoring import ScoreOutput, forward_for_loss, score
 from streamrl.rollout import Trajectory
 from streamrl.rollout.trajectory import format_problem_shares, turn_stats
-from streamrl.train.algo_config import PolicyLossConfig
-from streamrl.train.algorithms.base import Algorithm, Prepared
-from streamrl.train.batch import (
+from streamrl.training.algo_config import PolicyLossConfig
+from streamrl.training.algorithms.base import Algorithm, Prepared
+from streamrl.training.batch import (
     Batch,
     MicroBatch,
     broadcast_to_tokens,
@@ -35,8 +35,8 @@ from streamrl.train.batch import (
     mini_batch_counts,
     split_rows,
 )
-from streamrl.train.config import OptimConfig, RewardConfig
-from streamrl.train.optim import adamw, check_finite_loss, clip_and_step, load_optimizer_state
+from streamrl.training.config import OptimConfig, RewardConfig
+from streamrl.training.optim import adamw, check_finite_loss, clip_and_step, load_optimizer_state
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from typing import Any
 
 from streamrl.algos import SPOTracker
 from streamrl.rollout import PromptSource, Trajectory
-from streamrl.train.algo_config import SPOConfig
-from streamrl.train.algorithms.base import Prepared, Setup
-from streamrl.train.algorithms.single_stream import TrackerSource, baseline_advantages, clamp_reward, offline_prior
-from streamrl.train.batch import Batch
+from streamrl.training.algo_config import SPOConfig
+from streamrl.training.algorithms.base import Prepared, Setup
+from streamrl.training.algorithms.single_stream import TrackerSource, baseline_advantages, clamp_reward, offline_prior
+from streamrl.training.batch import Batch
 
 
 class SPO:

@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, StrictBool, StrictInt, field_validator, model_validator
 
-from streamrl.train.sections import MAX_LR, Float, Section
+from streamrl.training.sections import MAX_LR, Float, Section
 
 AggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLKind = Literal["k1", "k2", "k3"]
@@ -147,7 +147,7 @@ ALGORITHM_TABLE: dict[str, tuple[type[PolicyLossConfig], Any]] = {}
 
 def register_algorithm(name: str, section: type[PolicyLossConfig], algorithm: Any) -> None:
     """Make ``algo.name: name`` train with ``algorithm`` (a class satisfying
-    ``streamrl.train.algorithms.base.Algorithm``, or ``"module:Class"``), configured by ``section``
+    ``streamrl.training.algorithms.base.Algorithm``, or ``"module:Class"``), configured by ``section``
     (a ``PolicyLossConfig`` subclass whose ``name`` defaults to ``name``). Registering the same name
     again replaces it."""
     if not (isinstance(section, type) and issubclass(section, PolicyLossConfig)):
@@ -159,11 +159,11 @@ def register_algorithm(name: str, section: type[PolicyLossConfig], algorithm: An
     ALGORITHM_TABLE[name] = (section, algorithm)
 
 
-register_algorithm("spo", SPOConfig, "streamrl.train.algorithms.spo:SPO")
-register_algorithm("spo++", SPOPlusPlusConfig, "streamrl.train.algorithms.spo_pp:SPOPlusPlus")
-register_algorithm("grpo", GRPOConfig, "streamrl.train.algorithms.grpo:GRPO")
-register_algorithm("ppo", PPOConfig, "streamrl.train.algorithms.ppo:PPO")
-register_algorithm("sapo", SAPOConfig, "streamrl.train.algorithms.sapo:SAPO")
+register_algorithm("spo", SPOConfig, "streamrl.training.algorithms.spo:SPO")
+register_algorithm("spo++", SPOPlusPlusConfig, "streamrl.training.algorithms.spo_pp:SPOPlusPlus")
+register_algorithm("grpo", GRPOConfig, "streamrl.training.algorithms.grpo:GRPO")
+register_algorithm("ppo", PPOConfig, "streamrl.training.algorithms.ppo:PPO")
+register_algorithm("sapo", SAPOConfig, "streamrl.training.algorithms.sapo:SAPO")
 #: the shipped algorithms (command-line choices)
 ALGORITHMS = tuple(ALGORITHM_TABLE)
 

@@ -35,7 +35,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from streamrl.algos import final_reward, interpolate, learning_auc, paired_difference, union_grid
-from streamrl.train.config import (
+from streamrl.training.config import (
     ALGORITHMS,
     ConfigError,
     format_validation_error,
@@ -43,8 +43,8 @@ from streamrl.train.config import (
     read_yaml,
     resolve_config,
 )
-from streamrl.train.loggers import read_metrics
-from streamrl.train.preflight import preflight
+from streamrl.training.loggers import read_metrics
+from streamrl.training.preflight import preflight
 
 #: run means of these training metrics appear per arm (the last two show a policy drifting off format
 #: and the net push of the advantages, sum L_i A_i / sum L_i, which N_tok makes exactly 0)

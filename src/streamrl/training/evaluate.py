@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamrl.envs import make
-from streamrl.policy.api import InferenceEngine, SamplingParams
+from streamrl.policy.protocols import InferenceEngine, SamplingParams
 from streamrl.policy.tool_format import resolve_tool_format
 from streamrl.rollout import EpisodeRunner, EpisodeSettings, Trajectory
-from streamrl.rollout.evaluate import run_episodes
+from streamrl.rollout.play_tasks import run_episodes
 from streamrl.rollout.roles import action_parser, prompt_builder
 from streamrl.rollout.trajectory import format_problem_shares, turn_stats
-from streamrl.train.agent_mode import agent_tasks, eval_split, play_agent
-from streamrl.train.config import Config
+from streamrl.training.agent_mode import agent_tasks, eval_split, play_agent
+from streamrl.training.config import Config
 
 
 @dataclass

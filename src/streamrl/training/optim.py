@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 import torch
 
-from streamrl.train.errors import NonFiniteError
+from streamrl.training.errors import NonFiniteError
 
 #: how AdamW runs its step: an implementation choice of this build, never a checkpoint's
 _IMPLEMENTATION_KEYS = ("fused", "foreach")
