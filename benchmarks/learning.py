@@ -33,7 +33,8 @@ from pathlib import Path
 
 from streamrl.api import evaluate
 from streamrl.policy.dtype_choice import processor_name
-from streamrl.training.config import Config, load_config
+from streamrl.training.config import Config
+from streamrl.training.config_files import load_config
 from streamrl.training.loop import train
 from streamrl.training.run import load_run_policy
 from streamrl.training.sft import behaviour_cloning, collect_demonstrations

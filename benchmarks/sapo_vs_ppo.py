@@ -36,7 +36,7 @@ UPDATES = ("time_actor_update_s", "time_critic_update_s", "time_after_update_s")
 
 
 def _config(model: str, algo: str, args: argparse.Namespace):
-    from streamrl.training.config import load_config
+    from streamrl.training.config_files import load_config
 
     overrides = [
         f"model.spec={model}", "env.name=guess_number", "env.prompt={}", "env.parser={}",

@@ -31,7 +31,8 @@ sys.path.insert(0, str(REPO / "src"))
 
 from streamrl.policy.dtype_choice import processor_name  # noqa: E402
 from streamrl.policy.loading import WARM_START_MANIFEST  # noqa: E402
-from streamrl.training.config import Config, load_config  # noqa: E402
+from streamrl.training.config import Config  # noqa: E402
+from streamrl.training.config_files import load_config
 from streamrl.training.evaluate import evaluate  # noqa: E402
 from streamrl.training.run import load_run_policy  # noqa: E402
 from streamrl.training.sft import behaviour_cloning, demonstrations_and_heldout  # noqa: E402

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from streamrl.envs.webshop_lite import parse_action  # noqa: E402
 from streamrl.policy.scoring import forward_for_loss  # noqa: E402
 from streamrl.training.batch import collate  # noqa: E402
-from streamrl.training.config import load_config  # noqa: E402
+from streamrl.training.config_files import load_config
 from streamrl.training.run import load_run_policy  # noqa: E402
 from streamrl.training.sft import behaviour_cloning, demonstrations_and_heldout, exact_actions  # noqa: E402
 

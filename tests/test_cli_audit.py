@@ -9,7 +9,8 @@ import pytest
 
 from streamrl import cli
 from streamrl.policy.loading import DTYPE_NAMES
-from streamrl.training.config import ModelConfig, config_to_yaml, load_config
+from streamrl.training.config import ModelConfig
+from streamrl.training.config_files import config_to_yaml, load_config
 
 SMOKE = ["--config", "configs/smoke.yaml"]
 

@@ -10,8 +10,8 @@ import stat
 
 import pytest
 
-from streamrl import cli
-from streamrl.training.config import load_config
+from streamrl import cli, commands
+from streamrl.training.config_files import load_config
 from streamrl.training.progress import StallWatch
 from streamrl.training.report import wilson_interval
 
@@ -116,7 +116,7 @@ def test_the_default_run_folder_of_a_module_environment_has_no_colon(monkeypatch
     import argparse
 
     config = load_config("configs/smoke.yaml", ["env.name=examples.custom_env:EchoEnv"], note=lambda _: None)
-    folder = cli._out_dir(argparse.Namespace(out=None), config)
+    folder = commands._out_dir(argparse.Namespace(out=None), config)
     assert ":" not in str(folder) and folder.name == "spo++-examples.custom_env-EchoEnv"
 
 

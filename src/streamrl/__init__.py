@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 from streamrl.api import evaluate, train  # noqa: E402
 from streamrl.envs import register  # noqa: E402
 from streamrl.training.algo_config import register_algorithm  # noqa: E402
-from streamrl.training.config import Config, ConfigError, load_config  # noqa: E402
+from streamrl.training.config import Config, ConfigError  # noqa: E402
+from streamrl.training.config_files import load_config
 
 __all__ = ["Config", "ConfigError", "__version__", "evaluate", "load_config", "register", "register_algorithm", "train"]

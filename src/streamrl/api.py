@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from streamrl.training.config import Config, load_config
+from streamrl.training.config import Config
+from streamrl.training.config_files import load_config
 from streamrl.training.preflight import preflight
 
 ConfigLike = Config | str | Path | Sequence[str | Path]

@@ -7,7 +7,7 @@ import torch
 
 from streamrl.policy.dtype_choice import choose_dtype, cpu_flags
 from streamrl.policy.loading import resolve_dtype
-from streamrl.training.config import load_config
+from streamrl.training.config_files import load_config
 
 AVX2_ONLY = {"fpu", "sse2", "avx", "avx2", "fma", "avx512f"}
 

@@ -16,7 +16,7 @@ import pytest
 
 from streamrl.policy.errors import PolicyLoadError
 from streamrl.policy.loading import WARM_START_MANIFEST, load_policy, shipped_warm_starts
-from streamrl.training.config import load_config
+from streamrl.training.config_files import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = "alfworld_lite-tiny"

@@ -181,7 +181,8 @@ def test_only_the_kernel_levels_pid1_ever_polls_and_kills_for_memory(level):
 
 def test_weak_levels_need_an_explicit_opt_in_by_argument_setting_env_or_config(monkeypatch):
     from streamrl.sandbox import isolation as iso
-    from streamrl.training.config import ConfigError, load_config
+    from streamrl.training.config import ConfigError
+    from streamrl.training.config_files import load_config
 
     monkeypatch.delenv(iso.ALLOW_WEAK_ENV, raising=False)
     monkeypatch.setattr(iso, "_allow_weak_setting", None)

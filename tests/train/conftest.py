@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from streamrl.envs import ActionParser, Env, EnvSpec, ParsedAction, PromptBuilder, StepResult, register
-from streamrl.training.config import load_config
+from streamrl.training.config_files import load_config
 
 
 class CoinEnv(Env):

@@ -5,12 +5,8 @@ from __future__ import annotations
 import pytest
 
 from streamrl.training.algo_config import GRPOConfig, SAPOConfig, SPOConfig, SPOPlusPlusConfig
-from streamrl.training.config import (
-    ALGORITHMS,
-    ConfigError,
-    config_to_yaml,
-    load_config,
-)
+from streamrl.training.config import ALGORITHMS, ConfigError
+from streamrl.training.config_files import config_to_yaml, load_config
 
 
 def test_defaults_follow_the_spec_per_algorithm():

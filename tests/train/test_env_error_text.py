@@ -7,7 +7,7 @@ import asyncio
 import json
 
 from streamrl.envs import Env, EnvSpec, Step, register
-from streamrl.training.config import load_config
+from streamrl.training.config_files import load_config
 from streamrl.training.loop import train
 
 

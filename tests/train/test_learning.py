@@ -26,7 +26,7 @@ import asyncio
 
 import pytest
 
-from streamrl.training.config import load_config
+from streamrl.training.config_files import load_config
 from streamrl.training.loggers import read_metrics
 from streamrl.training.loop import train
 

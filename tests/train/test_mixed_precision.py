@@ -11,7 +11,7 @@ import torch
 
 from streamrl.policy.loading import load_policy
 from streamrl.policy.scoring import forward_for_loss
-from streamrl.training.config import load_config
+from streamrl.training.config_files import load_config
 from streamrl.training.optim import adamw
 from streamrl.training.run import load_run_policy
 

@@ -34,7 +34,7 @@ def test_collate_carries_the_shaped_rewards_and_the_outcome_stays_the_environmen
 
 
 def test_a_malformed_action_cheaper_than_an_ineffective_one_is_warned_about():
-    from streamrl.training.config import load_config
+    from streamrl.training.config_files import load_config
     from streamrl.training.preflight import preflight
 
     def warnings(*overrides):

@@ -6,7 +6,7 @@ import asyncio
 import json
 
 from streamrl.rollout import DispatchRecord, Trajectory, Turn
-from streamrl.training.config import load_config
+from streamrl.training.config_files import load_config
 from streamrl.training.loggers import read_metrics
 from streamrl.training.loop import train
 from streamrl.training.report import samples_markdown

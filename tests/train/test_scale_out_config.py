@@ -10,7 +10,8 @@ import pytest
 
 from streamrl.rollout import LocalBackend
 from streamrl.training.backend_choice import rollout_backend, worker_spec
-from streamrl.training.config import ConfigError, load_config
+from streamrl.training.config import ConfigError
+from streamrl.training.config_files import load_config
 from streamrl.training.evaluate import episode_settings
 
 

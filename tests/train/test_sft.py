@@ -9,7 +9,7 @@ import torch
 
 from streamrl.policy.scoring import forward_for_loss
 from streamrl.training.batch import collate
-from streamrl.training.config import load_config
+from streamrl.training.config_files import load_config
 from streamrl.training.run import load_run_policy, policy_source
 from streamrl.training.sft import (
     behaviour_cloning,

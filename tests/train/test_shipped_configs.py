@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from streamrl.training.compare import load_compare_config
-from streamrl.training.config import load_config
+from streamrl.training.config_files import load_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

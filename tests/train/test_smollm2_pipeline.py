@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from streamrl.training.config import load_config
+from streamrl.training.config_files import load_config
 from streamrl.training.loop import train
 
 pytestmark = pytest.mark.slow

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 
-from streamrl.training.config import load_config
+from streamrl.training.config_files import load_config
 from streamrl.training.loggers import read_metrics
 from streamrl.training.loop import train
 

@@ -35,14 +35,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from streamrl.algos import final_reward, interpolate, learning_auc, paired_difference, union_grid
-from streamrl.training.config import (
-    ALGORITHMS,
-    ConfigError,
-    format_validation_error,
-    load_config,
-    read_yaml,
-    resolve_config,
-)
+from streamrl.training.config import ALGORITHMS, ConfigError
+from streamrl.training.config_files import format_validation_error, load_config, read_yaml, resolve_config
 from streamrl.training.loggers import read_metrics
 from streamrl.training.preflight import preflight
 

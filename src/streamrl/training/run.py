@@ -34,7 +34,8 @@ from streamrl.envs import make
 from streamrl.policy.loading import load_policy
 from streamrl.rollout import Trajectory
 from streamrl.training.checkpoint import Checkpoint, latest_valid, save_checkpoint
-from streamrl.training.config import Config, ConfigError, config_to_yaml, load_config
+from streamrl.training.config import Config, ConfigError
+from streamrl.training.config_files import config_to_yaml, load_config
 from streamrl.training.errors import TrainingError
 from streamrl.training.loggers import MetricsLogger
 from streamrl.training.samples import SampleLog
