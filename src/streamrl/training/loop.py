@@ -117,7 +117,7 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
         event_log=ws.events_path(state),
     )
     if state is not None:
-        rollout.load_state_dict(state["rollout"])
+        rollout.load_state_dict(state.rollout)
     progress = Progress(config.train.steps, run.step, enabled=config.logging.progress, echo=echo)
     rl_started, limit = time.monotonic(), config.train.time_limit_minutes
     try:

@@ -60,10 +60,34 @@ class RunState:
         return {"policy_version": float(self.version), "trajectories_consumed": float(self.trajectories)}
 
 
-def load_run_policy(config: Config, state: dict[str, Any] | None) -> Any:
+@dataclass(frozen=True)
+class ResumeState:
+    """What a resumed run continues from: a checkpoint folder and its ``state.json`` record (a fresh
+    run has none: ``None`` wherever a ``ResumeState`` is taken)."""
+
+    #: the checkpoint folder (``policy/``, ``learner.pt``, ``state.json``)
+    path: Path
+    run: RunState
+    #: the learner's and the rollout's own JSON state
+    learner: dict[str, Any]
+    rollout: dict[str, Any]
+    #: bytes of metrics.jsonl, events.jsonl and samples.jsonl the checkpoint had seen (the rest is redone)
+    metrics_offset: int
+    events_offset: int
+    #: None: a checkpoint from before transcripts were cut back with it
+    samples_offset: int | None
+
+    @classmethod
+    def from_checkpoint(cls, path: Path, state: dict[str, Any]) -> ResumeState:
+        return cls(path=path, run=RunState(**state["run"]), learner=state["learner"], rollout=state["rollout"],
+                   metrics_offset=int(state["metrics_offset"]), events_offset=int(state["events_offset"]),
+                   samples_offset=state.get("samples_offset"))
+
+
+def load_run_policy(config: Config, state: ResumeState | None) -> Any:
     model = config.model
     if state is not None:
-        return load_policy(Path(state["path"]) / "policy", dtype=model.dtype, device=model.device, threads=model.threads,
+        return load_policy(state.path / "policy", dtype=model.dtype, device=model.device, threads=model.threads,
                            float32_weights=True)
     return load_policy(
         **policy_source(config),
@@ -270,18 +294,17 @@ class Workspace:
 
     # -- resume -----------------------------------------------------------------------------------
 
-    def restore(self) -> dict[str, Any] | None:
+    def restore(self) -> ResumeState | None:
         checkpoint = self.checkpoint
         if checkpoint is None:
             if self.resume:
                 self.echo(f"resume: no usable checkpoint under {self.checkpoints}; starting from scratch")
             return None
-        state = checkpoint.state()
-        state["path"] = str(checkpoint.path)
-        self.echo(f"resume: continuing from {checkpoint.path.name} (step {state['run']['step']})")
+        state = ResumeState.from_checkpoint(checkpoint.path, checkpoint.state())
+        self.echo(f"resume: continuing from {checkpoint.path.name} (step {state.run.step})")
         return state
 
-    def logger(self, state: dict[str, Any] | None) -> MetricsLogger:
+    def logger(self, state: ResumeState | None) -> MetricsLogger:
         logging = self.config.logging
         return MetricsLogger(
             self.metrics_path,
@@ -289,19 +312,19 @@ class Workspace:
             wandb_project=logging.wandb_project,
             mlflow_experiment=logging.mlflow_experiment,
             run_config=self.config.model_dump(mode="json"),
-            resume_offset=state["metrics_offset"] if state else 0,
+            resume_offset=state.metrics_offset if state else 0,
         )
 
-    def events_path(self, state: dict[str, Any] | None) -> Path:
+    def events_path(self, state: ResumeState | None) -> Path:
         """The event log, cut back to what the checkpoint had seen (everything after is redone)."""
-        return _cut_back(self.events, state["events_offset"] if state else 0)
+        return _cut_back(self.events, state.events_offset if state else 0)
 
-    def sample_log(self, state: dict[str, Any] | None) -> SampleLog:
+    def sample_log(self, state: ResumeState | None) -> SampleLog:
         """Transcripts, likewise cut back (checkpoints from before transcripts existed keep them all)."""
-        return SampleLog(_cut_back(self.samples, state.get("samples_offset") if state else 0),
+        return SampleLog(_cut_back(self.samples, state.samples_offset if state else 0),
                          self.config.logging.sample_text_chars)
 
-    def reference(self, config: Config, policy: Any, state: dict[str, Any] | None) -> Any:
+    def reference(self, config: Config, policy: Any, state: ResumeState | None) -> Any:
         """A frozen copy of the policy as RL starts (kept on disk so a resume uses the same one)."""
         if not (config.train.reference_model or config.algo.kl_coef > 0):
             return None
@@ -311,13 +334,13 @@ class Workspace:
             return SimpleNamespace(model=policy.inference_model())
         return SimpleNamespace(model=load_policy(folder, dtype=config.model.dtype, device=config.model.device).inference_model())
 
-    def load_learner(self, state: dict[str, Any], learner: Any) -> RunState:
-        learner.load_state_dict(state["learner"])
-        tensors = torch.load(Path(state["path"]) / "learner.pt", weights_only=False)
+    def load_learner(self, state: ResumeState, learner: Any) -> RunState:
+        learner.load_state_dict(state.learner)
+        tensors = torch.load(state.path / "learner.pt", weights_only=False)
         learner.load_tensor_state(tensors["learner"])
         torch.set_rng_state(tensors["torch_rng"])
         random.setstate(tensors["python_rng"])
-        return RunState(**state["run"])
+        return state.run
 
     # -- save -------------------------------------------------------------------------------------
 
