@@ -44,6 +44,16 @@ SECTIONS = ("model", "env", "sft", "rollout", "eval")
 BUILD_OVERRIDES = ["model.dtype=float32"]
 
 
+def portable_adapter_config(folder: Path) -> None:
+    """A shipped adapter names no base folder of the build machine (``load_policy`` rebuilds the base
+    from the recipe in streamrl_policy.json wherever it runs)."""
+    path = folder / "adapter_config.json"
+    if path.is_file():
+        config = json.loads(path.read_text(encoding="utf-8"))
+        config["base_model_name_or_path"] = None
+        path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
 def device_name(device: str) -> str:
     """What the build ran on: the processor, or the GPU's name for a CUDA build."""
     if device.startswith("cuda"):
@@ -84,6 +94,7 @@ def build(config_path: Path, name: str, overrides: list[str] = ()) -> dict:
     with tempfile.TemporaryDirectory(dir=ROOT.parent) as tmp:
         staged = Path(tmp) / name
         policy.save(staged, tokenizer=not policy.is_lora)
+        portable_adapter_config(staged)
         files = {p.name: sha256(p) for p in sorted(staged.iterdir()) if p.is_file()}
         record = {
             "name": name,

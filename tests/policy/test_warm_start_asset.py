@@ -85,3 +85,16 @@ def test_warm_start_spec_loads_the_shipped_policy():
 def test_unknown_warm_start_is_a_one_line_error_naming_the_shipped_ones():
     with pytest.raises(PolicyLoadError, match=f"no shipped warm start 'nope'; shipped: .*{DEFAULT}"):
         load_policy("warm-start:nope")
+
+
+def test_a_shipped_adapter_names_no_machine_path_and_sits_on_the_local_base(tmp_path):
+    import warnings
+
+    folder = shipped_warm_starts()["alfworld_lite-smollm2"]
+    assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] is None
+    policy = load_policy("warm-start:alfworld_lite-smollm2")
+    (adapter,) = policy.model.peft_config.values()
+    assert (Path(adapter.base_model_name_or_path) / "config.json").is_file()  # the local converted SmolLM2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # peft warns when the base it names has no config
+        policy.save(tmp_path / "saved", tokenizer=False)

@@ -299,6 +299,8 @@ def _load_adapter_folder(
     )
     with quiet_peft():
         model = PeftModel.from_pretrained(base.model, folder, is_trainable=True)
+    for adapter in model.peft_config.values():  # the base it now sits on, not the one of the machine that saved it
+        adapter.base_model_name_or_path = getattr(base.model.config, "_name_or_path", None) or None
     model.to(device)
     return Policy(
         model, base.tokenizer, base.value_token_ids, base.banned_token_ids, base_recipe=recipe, lora=record.get("lora")
