@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 from streamrl.rollout import DispatchRecord, Trajectory, Turn
 from streamrl.training.config_files import load_config
 from streamrl.training.loggers import read_metrics
 from streamrl.training.loop import train
 from streamrl.training.report import samples_markdown
-from streamrl.training.run import Workspace
+from streamrl.training.run import ResumeState, RunState, Workspace
 from streamrl.training.samples import mixed_selection, transcript
 
 
@@ -75,7 +76,7 @@ def test_resume_cuts_transcripts_back_to_the_checkpoint(tmp_path):
     offset = ws.samples.stat().st_size
     log.write([_episode("redone", False)], kind="train", step=2)
     log.close()
-    ws.sample_log({"samples_offset": offset}).close()
+    ws.sample_log(ResumeState(Path("."), RunState(), {}, {}, 0, 0, offset)).close()
     assert [r["request_id"] for r in read_metrics(ws.samples)] == ["kept"]
 
 
