@@ -3,6 +3,7 @@
     python scripts/build_warm_start.py                       # configs/warm_start.yaml -> alfworld_lite-tiny
     python scripts/build_warm_start.py --config C --name N   # another one
     python scripts/build_warm_start.py --config C --name N model.device=cuda sft.demos=400   # with overrides
+    python scripts/build_warm_start.py --from-run RUN --config C --name N train.seed=1  # ship a run's final model
 
 Writes ``src/streamrl/policy/assets/warm_starts/NAME/``: the policy folder (``Policy.save``) and
 ``warm_start.json`` with the exact command, the config file's sha256 and resolved sections, the
@@ -30,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from streamrl.policy.dtype_choice import processor_name  # noqa: E402
-from streamrl.policy.loading import WARM_START_MANIFEST  # noqa: E402
+from streamrl.policy.loading import WARM_START_MANIFEST, load_policy  # noqa: E402
 from streamrl.training.config import Config  # noqa: E402
 from streamrl.training.config_files import load_config
 from streamrl.training.evaluate import evaluate  # noqa: E402
@@ -39,6 +40,8 @@ from streamrl.training.sft import behaviour_cloning, demonstrations_and_heldout 
 
 ROOT = REPO / "src" / "streamrl" / "policy" / "assets" / "warm_starts"
 SECTIONS = ("model", "env", "sft", "rollout", "eval")
+#: a shipped RL result also records how it was trained
+RUN_SECTIONS = (*SECTIONS, "algo", "optim", "train")
 #: applied on top of the config file: a warm start is built in float32 on every processor, so
 #: the asset does not depend on what ``model.dtype: auto`` picks on the build machine
 BUILD_OVERRIDES = ["model.dtype=float32"]
@@ -120,10 +123,61 @@ def build(config_path: Path, name: str, overrides: list[str] = ()) -> dict:
             "sft_seconds": round(sft_seconds, 1),
         }
         (staged / WARM_START_MANIFEST).write_text(json.dumps(record, indent=2) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(staged), out)
+        _install(staged, out)
+    return record
+
+
+def _install(staged: Path, out: Path) -> None:
+    if out.exists():
+        shutil.rmtree(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(staged), out)
+
+
+def ship_run(run: Path, config_path: Path, name: str, overrides: list[str] = ()) -> dict:
+    """Ship ``run``'s ``final_model`` (a finished ``streamrl train`` run of ``config_path`` with
+    ``overrides``) as the asset ``name``: the adapter without a tokenizer, and a record of the run's
+    command, configuration, held-out success before and after RL, steps and RL time."""
+    config = load_config(str(config_path), list(overrides))
+    saved = load_config(str(run / "config.yaml"))
+    if saved != config:
+        raise SystemExit(f"--from-run: {run}/config.yaml is not {config_path} with {' '.join(overrides) or 'no overrides'}")
+    summary = json.loads((run / "summary.json").read_text())
+    if "eval_after" not in summary:
+        raise SystemExit(f"--from-run: {run} has no final evaluation (summary.json has no eval_after)")
+    # the dtype the run resolved (``auto`` picks per processor) is the one its weights were trained in
+    config.model = config.model.model_copy(update={"dtype": summary["model"]["dtype"]})
+    policy = load_policy(str(run / "final_model"))
+    out = ROOT / name
+    with tempfile.TemporaryDirectory(dir=ROOT.parent) as tmp:
+        staged = Path(tmp) / name
+        policy.save(staged, tokenizer=False)
+        portable_adapter_config(staged)
+        before = summary.get("eval_before") or {}
+        record = {
+            "name": name,
+            "command": " ".join(["streamrl train --config", str(config_path.relative_to(REPO)), "--out", str(run),
+                                 *overrides]),
+            "shipped_with": " ".join(["python scripts/build_warm_start.py --from-run", str(run), "--config",
+                                      str(config_path.relative_to(REPO)), "--name", name, *overrides]),
+            "config_file": str(config_path.relative_to(REPO)),
+            "config_sha256": sha256(config_path),
+            "overrides": list(overrides),
+            "config": {section: getattr(config, section).model_dump(mode="json") for section in RUN_SECTIONS},
+            "seed": config.train.seed,
+            "files": {p.name: sha256(p) for p in sorted(staged.iterdir()) if p.is_file()},
+            "rl": {key: summary.get(key) for key in ("steps", "rl_s", "stopped_by")},
+            "held_out": {
+                "split": config.env.eval_split or "default",
+                "greedy_success": round(float(summary["eval_after"]["success"]), 4),
+                "greedy_success_before_rl": round(float(before["success"]), 4) if before else None,
+            },
+            "processor": processor_name(),
+            "device": device_name(config.model.device),
+            "torch": __import__("torch").__version__,
+        }
+        (staged / WARM_START_MANIFEST).write_text(json.dumps(record, indent=2) + "\n")
+        _install(staged, out)
     return record
 
 
@@ -132,8 +186,14 @@ def main() -> int:
     parser.add_argument("--config", default=str(REPO / "configs" / "warm_start.yaml"))
     parser.add_argument("--name", default="alfworld_lite-tiny")
     parser.add_argument("overrides", nargs="*", help="config overrides, as for `streamrl train` (section.field=value)")
+    parser.add_argument("--from-run", type=Path, help="ship this finished run's final_model instead of building")
     args = parser.parse_args()
     # absolute, not resolved: configs/ is a link into the package, and the record names the path as given
+    if args.from_run:
+        record = ship_run(args.from_run, Path(args.config).absolute(), args.name, args.overrides)
+        held = record["held_out"]
+        print(f"shipped {record['name']}: held-out greedy {100 * held['greedy_success']:.1f}% -> {ROOT / record['name']}")
+        return 0
     record = build(Path(args.config).absolute(), args.name, args.overrides)
     held = record["held_out"]
     print(f"warm start {record['name']}: held-out greedy {100 * held['greedy_success']:.1f}%, "

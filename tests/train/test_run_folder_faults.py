@@ -69,7 +69,7 @@ def test_a_run_that_failed_before_its_first_step_leaves_a_reusable_folder(tmp_pa
     assert "is not empty" in capsys.readouterr().err
 
 
-def test_a_config_yaml_edited_after_a_checkpoint_is_refused_on_resume(tmp_path, capsys):
+def test_a_config_yaml_edited_or_deleted_after_a_checkpoint_is_refused_on_resume(tmp_path, capsys):
     out = tmp_path / "run"
     assert cli.main(["train", "--config", "smoke", "--out", str(out), "train.steps=2", "env.eval_tasks=2"]) == 0
     saved = (out / "config.yaml").read_text()
@@ -78,6 +78,9 @@ def test_a_config_yaml_edited_after_a_checkpoint_is_refused_on_resume(tmp_path, 
     assert cli.main(["train", "--out", str(out), "--resume", "train.steps=3"]) == 2
     err = capsys.readouterr().err
     assert "was trained with another configuration than asked: optim.lr 0.0001 -> 0.001" in err
+    (out / "config.yaml").unlink()  # deleted: never guessed (the default config would train silently)
+    assert cli.main(["train", "--out", str(out), "--resume", "train.steps=3"]) == 2
+    assert "config.yaml is missing, and the checkpoints under" in capsys.readouterr().err
     (out / "config.yaml").write_text(saved)  # restored: the resume goes on, with the allowed change
     assert cli.main(["train", "--out", str(out), "--resume", "train.steps=3"]) == 0
 

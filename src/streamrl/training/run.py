@@ -33,7 +33,7 @@ import torch
 from streamrl.envs import make
 from streamrl.policy.loading import load_policy
 from streamrl.rollout import Trajectory
-from streamrl.training.checkpoint import Checkpoint, latest_valid, save_checkpoint
+from streamrl.training.checkpoint import Checkpoint, latest_valid, list_checkpoints, save_checkpoint
 from streamrl.training.config import Config, ConfigError
 from streamrl.training.config_files import config_to_yaml, load_config
 from streamrl.training.errors import TrainingError
@@ -203,18 +203,20 @@ def check_resume(root: Path, config: Config, warn: Callable[[str], None] = print
     intact newest checkpoint whose log offsets lie within the logs (None: nothing to resume)."""
     saved_path = root / "config.yaml"
     if not saved_path.is_file():
+        if list_checkpoints(root / "checkpoints"):  # a run whose config.yaml was deleted: never guess it
+            raise RunFolderError(f"--resume: {saved_path} is missing, and the checkpoints under {root} were trained with it; "
+                                 "restore it (or use --overwrite to start again)")
         what = "no folder" if not root.exists() else "no run (no config.yaml)"
         raise RunFolderError(f"--resume: {root} holds {what} to resume; leave out --resume to start a run there")
-    if saved_path.is_file():
-        try:
-            saved = load_config(saved_path)
-        except ConfigError as error:
-            raise RunFolderError(f"--resume: the saved {saved_path} no longer validates ({error})") from None
-        changed = config_changes(saved, config)
-        if changed:
-            shown = "; ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
-            allowed = ", ".join(f.rstrip(".") for f in RESUMABLE)
-            raise RunFolderError(f"--resume: {root} was run with another configuration: {shown} (a resume may change only {allowed})")
+    try:
+        saved = load_config(saved_path)
+    except ConfigError as error:
+        raise RunFolderError(f"--resume: the saved {saved_path} no longer validates ({error})") from None
+    changed = config_changes(saved, config)
+    if changed:
+        shown = "; ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+        allowed = ", ".join(f.rstrip(".") for f in RESUMABLE)
+        raise RunFolderError(f"--resume: {root} was run with another configuration: {shown} (a resume may change only {allowed})")
     checkpoint = latest_valid(root / "checkpoints", warn=warn)
     if checkpoint is not None:
         state = checkpoint.state()
