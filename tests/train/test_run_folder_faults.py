@@ -126,3 +126,35 @@ def test_a_read_only_out_is_one_line_with_status_2(tmp_path, capsys, monkeypatch
     assert cli.main(["train", "--out", str(read_only / "run"), *ARGS]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"streamrl train: error: --out {read_only / 'run'}: cannot use it as a run folder (Read-only file system)"]
+
+
+def test_a_full_disk_at_a_checkpoint_is_one_line_and_the_resume_goes_on(tmp_path, capsys, monkeypatch):
+    """torch.save on a full disk raises ``RuntimeError: [enforce fail at inline_container.cc:672]``
+    after writing part of the file: the run stops in one line (status 1), the half-written folder is
+    removed at the resume, and the resume continues from the previous checkpoint."""
+    import torch
+
+    out, real_save, saves = tmp_path / "run", torch.save, []
+
+    def disk_fills_at_the_second_checkpoint(obj, f, *args, **kwargs):
+        if str(f).endswith("learner.pt"):
+            saves.append(f)
+            if len(saves) == 2:
+                Path(f).write_bytes(b"\0" * 64)
+                raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file "
+                                   "data/3: file write failed")
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", disk_fills_at_the_second_checkpoint)
+    args = ["train", "--config", "smoke", "--out", str(out), "train.steps=3", "train.checkpoint_every=1", "env.eval_tasks=2"]
+    assert cli.main(args) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = [line for line in err.splitlines() if line.startswith("streamrl train: error:")]
+    assert len(line) == 1 and "the step-2 checkpoint could not be written under" in line[0]
+    assert "the previous checkpoint is intact: free space and continue with --resume" in line[0]
+    assert list((out / "checkpoints").glob(".tmp-*"))  # what the full disk left
+    monkeypatch.setattr(torch, "save", real_save)
+    assert cli.main(["train", "--out", str(out), "--resume"]) == 0
+    assert not list((out / "checkpoints").glob(".tmp-*"))  # removed at the resume
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl", "train")] == [1, 2, 3]
