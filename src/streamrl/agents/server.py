@@ -106,7 +106,7 @@ def template_messages(messages: Any) -> list[dict[str, Any]]:
     return converted
 
 
-def _number(body: dict[str, Any], name: str, low: float, high: float, default: float | None) -> float | None:
+def _number(body: dict[str, Any], name: str, low: float, high: float, default: float) -> float:
     value = body.get(name)
     if value is None:
         return default
@@ -332,6 +332,7 @@ def build_app(endpoint: Endpoint, on_reward: Callable[[Session], None] | None = 
     async def reward(session_id: str, request: Request) -> Any:
         try:
             session = endpoint.session_of(session_id)
+            assert session is not None  # session_of(a str) returns a session or raises
             body = await read_body(request)
             value = body.get("reward") if isinstance(body, dict) else None
             if isinstance(value, bool) or not isinstance(value, (int, float)):

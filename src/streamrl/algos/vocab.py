@@ -91,7 +91,7 @@ class _ActionTerms(torch.autograd.Function):
             total = weights.sum(dim=-1)
             log_sum = total.log()
             lse[rows] = shift + log_sum
-            if logprobs is not None:
+            if logprobs is not None and picked is not None:  # both exist exactly when tokens do
                 logprobs[rows] = (picked - shift) - log_sum
             if mean_logit is not None:
                 mean_logit[rows] = _weighted_sums(weights, chunk) / total
@@ -114,6 +114,7 @@ class _ActionTerms(torch.autograd.Function):
                 if grad_logprobs is not None:
                     local.sub_(probs.mul_(grad_logprobs[rows, None]))
             else:
+                assert grad_logprobs is not None  # both None returned above
                 local = probs.mul_(-grad_logprobs[rows, None])
             if grad_logprobs is not None:
                 local.scatter_add_(1, tokens[rows, None], grad_logprobs[rows, None])
@@ -145,7 +146,9 @@ def action_log_probs(
     Raises:
         ValueError: a token id is out of range or is one of the excluded ids.
     """
-    return _action_terms(logits, tokens, excluded_ids, with_entropy=False)[0]
+    logprobs, _ = _action_terms(logits, tokens, excluded_ids, with_entropy=False)
+    assert logprobs is not None  # tokens were given
+    return logprobs
 
 
 def action_log_probs_and_entropy(
@@ -153,12 +156,16 @@ def action_log_probs_and_entropy(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(action_log_probs(...), entropy(logits, excluded_ids))`` from one pass over the logits
     (what a learner's loss takes); same arguments and checks as ``action_log_probs``."""
-    return _action_terms(logits, tokens, excluded_ids, with_entropy=True)
+    logprobs, entropies = _action_terms(logits, tokens, excluded_ids, with_entropy=True)
+    assert logprobs is not None and entropies is not None  # tokens were given, with_entropy
+    return logprobs, entropies
 
 
 def entropy(logits: torch.Tensor, excluded_ids: Sequence[int] | torch.Tensor = ()) -> torch.Tensor:
     """Entropy of the action-vocabulary policy at each position: ``[B, T, V]`` -> ``[B, T]``."""
-    return _action_terms(logits, None, excluded_ids, with_entropy=True)[1]
+    entropies = _action_terms(logits, None, excluded_ids, with_entropy=True)[1]
+    assert entropies is not None  # with_entropy
+    return entropies
 
 
 def _action_terms(

@@ -22,11 +22,14 @@ from __future__ import annotations
 import argparse
 import ast
 import sys
-from typing import Any, Callable, TextIO
+from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 from streamrl.envs.base import Env
 from streamrl.envs.registry import BUILD_ERRORS, EnvOptionError, UnknownEnvironmentError, build, get_entry, list_envs
 from streamrl.envs.tools import AssistantMessage, ToolCall
+
+if TYPE_CHECKING:
+    from streamrl.policy.protocols import GenerationRequest, GenerationResult, InferenceEngine
 
 QUIT = {"quit", "exit"}
 
@@ -224,14 +227,14 @@ class _Narrated:
 class _Narrating:
     """An engine wrapper that prints the model's reply to each turn."""
 
-    def __init__(self, engine: Any, out: TextIO):
+    def __init__(self, engine: InferenceEngine, out: TextIO):
         self.engine, self.out = engine, out
 
     @property
     def version(self) -> int:
         return self.engine.version
 
-    async def generate(self, request: Any) -> Any:
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
         result = await self.engine.generate(request)
         text = result.text if result.text is not None else ""
         quoted = "\n".join(f"  | {line}" for line in text.splitlines() or ["(empty reply)"])

@@ -105,7 +105,8 @@ class Step:
 class ParsedAction:
     """What an ``ActionParser`` extracts from one model turn."""
 
-    action: str
+    #: the text form's action string, or the tool form's ``AssistantMessage``
+    action: str | AssistantMessage
     format_valid: bool
     reason: str | None = None  # why the format is invalid, for logs
 
@@ -271,9 +272,12 @@ class Env(ABC):
         """Deterministic task ids of ``split``, ``"<split>/<i>"`` for ``i`` below the split's size in
         ``spec.splits`` (an unbounded split, size None, needs ``limit``); at most ``limit`` of them."""
         size = self.split_size(split)
-        if size is None and limit is None:
-            raise ValueError(f"{self.spec.name}: split {split!r} is unbounded; pass a limit")
-        count = size if limit is None else limit if size is None else min(size, limit)
+        if size is None:
+            if limit is None:
+                raise ValueError(f"{self.spec.name}: split {split!r} is unbounded; pass a limit")
+            count = limit
+        else:
+            count = size if limit is None else min(size, limit)
         return [f"{split}/{i}" for i in range(count)]
 
     def check_task_id(self, task_id: str) -> tuple[str, int]:
@@ -331,9 +335,9 @@ class Env(ABC):
         if not message.tool_calls:
             answer = self.reply(message.content)
             if answer is None:
-                problem = Problem("no_tool_call", f"no tool call; call one of the tools: {', '.join(box.names)}")
-                step = Step(problem.message, effective=False, valid=False)
-                return step, [{"role": "user", "content": step.observation}], problem
+                missing = Problem("no_tool_call", f"no tool call; call one of the tools: {', '.join(box.names)}")
+                step = Step(missing.message, effective=False, valid=False)
+                return step, [{"role": "user", "content": step.observation}], missing
             step = _as_step(answer)
             return step, [{"role": "user", "content": step.observation}], None
         limit = self.spec.max_tool_calls_per_turn
@@ -350,6 +354,7 @@ class Env(ABC):
                 first_problem = first_problem or problem
                 result = Step(f"Error: {problem.message}", effective=False, valid=False)
             else:
+                assert call.name is not None  # no problem: a decoded call of a known tool
                 result = self._call_tool(box, call.name, call.arguments or {})
             results.append(result)
             messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name or "", "content": result.observation})

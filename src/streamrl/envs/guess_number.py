@@ -76,8 +76,7 @@ class GuessNumberEnv(Env):
         return {"anchor": f"{self.task_id}|{self._low}-{self._high}"}
 
     def _guess(self, guess: int | None) -> Step:
-        valid = guess is not None and LOW <= guess <= HIGH
-        if not valid:
+        if guess is None or not LOW <= guess <= HIGH:
             return Step(INVALID_FEEDBACK, effective=False, valid=False)
         if guess == self._secret:
             return Step(f"{guess} is correct!", reward=1.0, done=True, won=True)

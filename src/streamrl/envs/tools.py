@@ -80,12 +80,13 @@ class AssistantMessage:
             return self.content.strip()
         parts = []
         for call in self.tool_calls:
+            arguments = call.arguments or {}
             if call.error is not None:
                 parts.append(f"<unreadable call: {call.error}>")
-            elif len(call.arguments or {}) == 1:
-                parts.append(f"{call.name}({_shown(next(iter(call.arguments.values())))})")
+            elif len(arguments) == 1:
+                parts.append(f"{call.name}({_shown(next(iter(arguments.values())))})")
             else:
-                parts.append(f"{call.name}({', '.join(f'{k}={_shown(v)}' for k, v in (call.arguments or {}).items())})")
+                parts.append(f"{call.name}({', '.join(f'{k}={_shown(v)}' for k, v in arguments.items())})")
         return "; ".join(parts)
 
     def to_openai(self) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -65,8 +65,8 @@ class DecodeLoop:
         self._cache_arg = cache_argument(self.decoder)
         self._fused = FusedDecoder.build(model)  # None: transformers' forward
         # the fused forward's head when its weight is packed (float32 on CPU): logits go through it
-        packed = self._fused is not None and self._fused.head.packed is not None
-        self._packed_head = self._fused.head if packed else None
+        fused = self._fused
+        self._packed_head = fused.head if fused is not None and fused.head.packed is not None else None
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.vocab_size = self.head.weight.shape[0]
         self.max_positions = int(getattr(config, "max_position_embeddings", 1 << 30))
@@ -186,7 +186,10 @@ class DecodeLoop:
             cache = PrefillCache(self.num_layers)
             self._forward(input_ids, mask[:, None], positions, cache)
             # own storage: a view would pin the whole forward's q/k/v output
-            keys, values = [k[0].clone() for k in cache.keys], [v[0].clone() for v in cache.values]
+            # the forward filled every layer
+            filled_keys = cast("list[torch.Tensor]", cache.keys)
+            filled_values = cast("list[torch.Tensor]", cache.values)
+            keys, values = [k[0].clone() for k in filled_keys], [v[0].clone() for v in filled_values]
             self.prefixes.keep(tokens, keys, values, shared=True)
             self.stats["prefill_tokens"] += length
             for i in members:

@@ -3,14 +3,19 @@ and ``vllm`` (``VLLMEngine``, a GPU with the ``vllm`` extra installed)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from streamrl.policy.protocols import InferenceEngine
+
+if TYPE_CHECKING:
+    from streamrl.policy.policy import Policy
 
 ENGINES = ("hf", "vllm")
 
 
-def make_engine(kind: str, policy: Any, *, version: int = 0, seed: int = 0, threads: int | None = None) -> InferenceEngine:
+def make_engine(
+    kind: str, policy: Policy, *, version: int = 0, seed: int = 0, threads: int | None = None
+) -> InferenceEngine:
     """An engine over a copy of ``policy``'s weights at ``version`` (``threads``: HF engine only)."""
     if kind == "hf":
         from streamrl.policy.hf_engine import HFEngine

@@ -118,7 +118,9 @@ class _Layer:
     def __init__(self, layer: Any):
         attn, mlp = layer.self_attn, layer.mlp
         self.input_norm, self.post_norm = layer.input_layernorm, layer.post_attention_layernorm
-        self.q_norm, self.k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+        #: Qwen3's per-head RMSNorms (a model has both or neither), else None
+        self.q_norm: Any = getattr(attn, "q_norm", None)
+        self.k_norm: Any = getattr(attn, "k_norm", None)
         for linear in (attn.o_proj, mlp.down_proj):
             linear.weight = nn.Parameter(input_major(linear.weight), requires_grad=False)
         self.qkv = Projection(*fuse([attn.q_proj, attn.k_proj, attn.v_proj]))
@@ -161,7 +163,8 @@ class FusedDecoder:
             return None
         for layer in decoder.layers[: config.num_hidden_layers]:
             attn, mlp = layer.self_attn, getattr(layer, "mlp", None)
-            groups = (
+            # a missing projection (None) fails the nn.Linear check before its bias is read
+            groups: tuple[list[Any], list[Any]] = (
                 [getattr(attn, name, None) for name in ("q_proj", "k_proj", "v_proj", "o_proj")],
                 [getattr(mlp, name, None) for name in ("gate_proj", "up_proj", "down_proj")],
             )

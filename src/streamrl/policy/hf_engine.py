@@ -38,13 +38,16 @@ import asyncio
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from streamrl.policy.decode_loop import DecodeLoop, Deliver
 from streamrl.policy.kv_cache import ATTENTION_NAME, register_engine_attention
 from streamrl.policy.protocols import GenerationRequest, GenerationResult
+
+if TYPE_CHECKING:
+    from streamrl.policy.policy import Policy
 
 
 class HFEngine:
@@ -114,7 +117,7 @@ class HFEngine:
         self.last_error: str | None = None
 
     @classmethod
-    def from_policy(cls, policy: Any, *, dtype: Any = None, device: Any = None, **kwargs: Any) -> HFEngine:
+    def from_policy(cls, policy: Policy, *, dtype: Any = None, device: Any = None, **kwargs: Any) -> HFEngine:
         """An engine over a fresh copy of ``policy``'s model (optionally in another dtype/device)."""
         from streamrl.policy.loading import resolve_dtype
 
@@ -211,7 +214,7 @@ class HFEngine:
                 staged = None
                 if self._staged is not None and loop.live == 0:
                     staged, self._staged = self._staged, None
-                admit = []
+                admit: list[tuple[GenerationRequest, Deliver]] = []
                 if self._staged is None and staged is None:  # no admission while draining for new weights
                     while self._pending and len(admit) < loop.free_capacity:
                         admit.append(self._pending.popleft())

@@ -17,6 +17,7 @@ folded into the query dimension for single-token decode, SDPA with ``enable_gqa`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -231,8 +232,10 @@ class SlabCache:
                 fresh[: len(keep), :, first + shift : new_end] = old[index, :, first : self.end]
             return fresh
 
-        self.keys = [moved(layer) for layer in (self.keys or [None] * self.num_layers)]
-        self.values = [moved(layer) for layer in (self.values or [None] * self.num_layers)]
+        old_keys: Sequence[torch.Tensor | None] = self.keys or [None] * self.num_layers
+        old_values: Sequence[torch.Tensor | None] = self.values or [None] * self.num_layers
+        self.keys = [moved(layer) for layer in old_keys]
+        self.values = [moved(layer) for layer in old_values]
         start = torch.full((slots,), new_end, dtype=torch.long)
         start[: len(keep)] = (self.start[keep] + shift).clamp_min(0)
         self.start, self.slots, self.capacity, self.end = start, slots, capacity, new_end

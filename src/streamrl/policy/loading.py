@@ -123,6 +123,7 @@ def load_policy(
         model, tokenizer = _from_folder(smollm2.converted_folder(cache_dir), torch_dtype, overrides)
         tokenizer.chat_template = read_chat_template("smollm2")  # its own, plus tools
     else:
+        assert folder is not None  # set for every spec but tiny and smollm2-135m
         saved_record = _read_record(folder)
         if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
             return _load_adapter_folder(
@@ -265,11 +266,11 @@ def _setup_value_tokens(
     pair, must_add = choose_value_tokens(tokenizer, requested if isinstance(requested, tuple) else True)
     if must_add:
         add_value_tokens(model, tokenizer, pair)
-    ids = tuple(single_special_id(tokenizer, token) for token in pair)
-    if None in ids:
+    plus, minus = (single_special_id(tokenizer, token) for token in pair)
+    if plus is None or minus is None:
         raise PolicyLoadError(f"value tokens {pair} do not encode to single special ids")
-    init_value_rows(model, (ids[0], ids[1]), seed)
-    return ids[0], ids[1]
+    init_value_rows(model, (plus, minus), seed)
+    return plus, minus
 
 
 def _load_adapter_folder(

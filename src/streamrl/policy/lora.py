@@ -108,10 +108,12 @@ def merged_weights(model: Any) -> dict[str, Any]:
         module_name, _, param = plain_key.rpartition(".")
         module = base.get_submodule(module_name)
         if isinstance(module, LoraLayer) and param == "weight":
-            weight = module.get_base_layer().weight.detach()
+            layer: Any = module.get_base_layer()  # an nn.Module: torch types its .weight as Tensor | Module
+            weight = layer.weight.detach()
             for adapter in adapters:
                 if adapter in module.lora_A:
-                    weight = weight + module.get_delta_weight(adapter).detach()
+                    # peft defines get_delta_weight on each concrete LoraLayer (Linear, Embedding, ...), not the base
+                    weight = weight + module.get_delta_weight(adapter).detach()  # type: ignore[attr-defined]
             merged[plain_key] = weight
         elif isinstance(module, TrainableTokensWrapper) and param == "weight":
             merged[plain_key] = module.token_adapter.get_merged_weights(adapters).detach()

@@ -142,9 +142,11 @@ class Policy:
         no gradient, yet training them drags every backward pass down to the embedding.
         """
         layers = getattr(self.model.config, "num_hidden_layers", None)
-        if top_layers is not None and (layers is None or not 1 <= top_layers <= layers):
-            raise ValueError(f"top_layers must be between 1 and the model's {layers} layers, got {top_layers}")
-        first_trained = None if top_layers is None else layers - top_layers
+        first_trained: int | None = None
+        if top_layers is not None:
+            if layers is None or not 1 <= top_layers <= layers:
+                raise ValueError(f"top_layers must be between 1 and the model's {layers} layers, got {top_layers}")
+            first_trained = layers - top_layers
         if self._trainable_names is None:  # what the model trains unlimited; later calls start from it
             self._trainable_names = {name for name, p in self.model.named_parameters() if p.requires_grad}
         seen_block = False

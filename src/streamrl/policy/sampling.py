@@ -93,7 +93,7 @@ def sample_next(
         if generator is not None:
             uniforms[i] = torch.rand(1, generator=generator, device=logits.device)[0]
     ids = inverse_cdf_sample(probs, uniforms)
-    if greedy_rows is not None:
+    if greedy_rows is not None and argmax is not None:  # set together
         ids[greedy_rows] = argmax
     chosen = logits.gather(1, ids[:, None]).float() / scale
     return ids, (chosen[:, 0] - best) - log_total

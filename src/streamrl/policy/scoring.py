@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -91,8 +91,9 @@ def forward_for_loss(
     _check_inputs(input_ids, attention_mask, token_mask, value_mask, segment_ids, value_token_ids, temperature)
     decoder, head = decoder_and_head(model)
     device, origin = next(decoder.parameters()).device, input_ids.device
-    input_ids, attention_mask, token_mask, value_mask, segment_ids = (
-        None if t is None else t.to(device) for t in (input_ids, attention_mask, token_mask, value_mask, segment_ids)
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+    token_mask, value_mask, segment_ids = (
+        None if t is None else t.to(device) for t in (token_mask, value_mask, segment_ids)
     )
     if segment_ids is not None:
         position_ids = segment_positions(segment_ids)
@@ -124,7 +125,11 @@ def forward_for_loss(
         value_rows, value_cols = value_mask.bool().nonzero(as_tuple=True)
         pair = head(hidden[value_rows, value_cols])[:, list(value_token_ids)].float()  # [M, 2]
         value_logits = pair.new_zeros((*shape, 2)).index_put((value_rows, value_cols), pair)
-    return ScoreOutput(*(None if t is None else t.to(origin) for t in (logprobs, entropies, value_logits)))
+    return ScoreOutput(
+        logprobs.to(origin),
+        None if entropies is None else entropies.to(origin),
+        None if value_logits is None else value_logits.to(origin),
+    )
 
 
 @torch.no_grad()
@@ -168,10 +173,14 @@ def score(
     finally:
         model.train(was_training)
     length = batch["input_ids"].shape[1]
+    # every part was scored with the same options: all have entropies (with_entropy), and value
+    # logits when the first has them
     return ScoreOutput(
         torch.cat([_pad_to(p.logprobs, length) for p in parts]),
-        torch.cat([_pad_to(p.entropy, length) for p in parts]) if with_entropy else None,
-        torch.cat([_pad_to(p.value_logits, length) for p in parts]) if parts[0].value_logits is not None else None,
+        torch.cat([_pad_to(cast(torch.Tensor, p.entropy), length) for p in parts]) if with_entropy else None,
+        torch.cat([_pad_to(cast(torch.Tensor, p.value_logits), length) for p in parts])
+        if parts[0].value_logits is not None
+        else None,
     )
 
 

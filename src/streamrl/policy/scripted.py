@@ -22,7 +22,7 @@ import random
 from typing import Any, Callable
 
 from streamrl.policy.chat import check_bridge_messages
-from streamrl.policy.protocols import GenerationRequest, GenerationResult
+from streamrl.policy.protocols import FinishReason, GenerationRequest, GenerationResult
 
 PAD, START, END = 0, 1, 2
 _SPECIAL_TEXT = {PAD: "<|pad|>", START: "<|im_start|>", END: "<|im_end|>"}
@@ -157,7 +157,7 @@ class ScriptedEngine:
             text=self.codec.decode(ids),
         )
 
-    def _apply_sampling(self, text: str, request: GenerationRequest) -> tuple[list[int], str]:
+    def _apply_sampling(self, text: str, request: GenerationRequest) -> tuple[list[int], FinishReason]:
         sampling = request.sampling
         for stop in sampling.stop_strings:
             cut = text.find(stop)

@@ -24,10 +24,13 @@ import os
 import tempfile
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from streamrl.policy.errors import MissingDependencyError
-from streamrl.policy.protocols import GenerationRequest, GenerationResult, SamplingParams
+from streamrl.policy.protocols import FinishReason, GenerationRequest, GenerationResult, SamplingParams
+
+if TYPE_CHECKING:
+    from streamrl.policy.policy import Policy
 
 
 class VLLMSurface(Protocol):
@@ -82,7 +85,7 @@ def to_result(request_id: str, output: Any, version: int) -> GenerationResult:
                                     error=f"vLLM returned no log-prob for the sampled token {token}")
         logprobs.append(float(entry.logprob))
     reason = completion.finish_reason
-    finish = reason if reason in ("stop", "length", "abort") else "error"
+    finish: FinishReason = reason if reason in ("stop", "length", "abort") else "error"
     error = None if finish != "error" else f"vLLM finish_reason {reason!r}"
     return GenerationResult(request_id, token_ids, logprobs, finish, version, text=completion.text or "", error=error)
 
@@ -123,7 +126,7 @@ class VLLMEngine:
         self._closed = False
 
     @classmethod
-    def from_policy(cls, policy: Any, *, version: int = 0, seed: int = 0, **engine_args: Any) -> VLLMEngine:
+    def from_policy(cls, policy: Policy, *, version: int = 0, seed: int = 0, **engine_args: Any) -> VLLMEngine:
         """vLLM over ``policy`` exported as a merged Hugging Face folder (LoRA merged in, value-token
         rows kept), in the dtype it runs in (``run_dtype``); ``engine_args`` go to vLLM's ``AsyncEngineArgs``."""
         from streamrl.policy.export import export_policy

@@ -85,7 +85,7 @@ class Rollout:
         self.settings = settings or RolloutSettings()
         self.source = source
         if backend is None:  # the local backend over the given parts
-            if None in (engine, env_factory, parser, prompt_builder, codec):
+            if engine is None or env_factory is None or parser is None or prompt_builder is None or codec is None:
                 raise TypeError("Rollout: pass a backend, or engine, env_factory, parser, prompt_builder and codec")
             backend = LocalBackend(engine, codec, env_factory, parser, prompt_builder, self.settings.episode,
                                    self.settings.concurrency)

@@ -214,7 +214,7 @@ class EpisodeRunner:
             format_valid = parsed.format_valid and bool(step.info.get("format_valid", True))
             info = {**step.info, "format_valid": format_valid}
             message = parsed.action if isinstance(parsed.action, AssistantMessage) else None
-            action = message.summary() if message is not None else parsed.action
+            action = parsed.action.summary() if isinstance(parsed.action, AssistantMessage) else parsed.action
             trajectory.turns.append(
                 Turn(
                     context_ids=context,

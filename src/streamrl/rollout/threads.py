@@ -63,7 +63,10 @@ class EnvThreadPool(Executor):
         with self._lock:
             return [w.thread for w in self._workers if w.thread is not None and w.thread.is_alive()]
 
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = True, timeout: float | None = None) -> list[str]:
+    # returns what ``Executor.shutdown`` does not (None): the threads still running, for callers to report
+    def shutdown(  # type: ignore[override]
+        self, wait: bool = True, *, cancel_futures: bool = True, timeout: float | None = None
+    ) -> list[str]:
         """Stop accepting work, cancel queued calls, stop idle workers.
 
         With ``wait``, joins the workers for up to ``timeout`` seconds in total and returns the

@@ -180,7 +180,12 @@ def _main_plain(config: dict[str, Any]) -> None:
     # STOP_SIGNAL asks the init to kill the runner and reap it itself (a runner killed
     # together with its init would linger as an orphaned zombie for a while)
     runner = 0
-    signal.signal(STOP_SIGNAL, lambda *_: runner and os.kill(runner, signal.SIGKILL))
+
+    def stop(*_: Any) -> None:
+        if runner:
+            os.kill(runner, signal.SIGKILL)
+
+    signal.signal(STOP_SIGNAL, stop)
     _start_watchdog(lambda: runner, config.get("watchdog_s"))
     runner = _fork_runner(config, source, status_fd)
     # init: the runner alone holds the pipes, so the parent sees EOF as soon as it ends
@@ -218,7 +223,12 @@ def _main_kernel(config: dict[str, Any]) -> None:
     status_fd = int(config["status_fd"])
     source = _read_code(config)
     pid1 = 0
-    signal.signal(STOP_SIGNAL, lambda *_: pid1 and os.kill(pid1, signal.SIGKILL))
+
+    def stop(*_: Any) -> None:
+        if pid1:
+            os.kill(pid1, signal.SIGKILL)
+
+    signal.signal(STOP_SIGNAL, stop)
     _start_watchdog(lambda: pid1, config.get("watchdog_s"))
     unshare(CLONE_NEWPID)
     pid1 = os.fork()

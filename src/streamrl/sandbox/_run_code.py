@@ -27,8 +27,10 @@ def compile_cell(source: str, filename: str, echo_last_expr: bool) -> tuple[Any,
     value can be echoed (as in a notebook)."""
     tree = ast.parse(source, filename, "exec")
     last = None
-    if echo_last_expr and tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Expression(tree.body.pop().value)
+    final = tree.body[-1] if tree.body else None
+    if echo_last_expr and isinstance(final, ast.Expr):
+        tree.body.pop()
+        last = ast.Expression(final.value)
     body = compile(tree, filename, "exec")
     return body, (compile(last, filename, "eval") if last is not None else None)
 

@@ -20,7 +20,7 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from streamrl.sandbox import _child, _confine, _frames, _landlock, _lockdown, _run_code, _seccomp, _syscalls
 from streamrl.sandbox.cgroup import RunCgroup
@@ -64,8 +64,10 @@ def _load(package_name, sources):
 @functools.lru_cache(maxsize=1)
 def _child_source() -> str:
     """The bootstrap: every module of ``CHILD_MODULES`` as ``_sbx.<name>``, then ``_child.main()``."""
+    # the child modules are plain source files of this package: each has a ``__file__``
     sources = tuple(
-        (module.__name__.rpartition(".")[2], Path(module.__file__).read_text(encoding="utf-8")) for module in CHILD_MODULES
+        (module.__name__.rpartition(".")[2], Path(cast(str, module.__file__)).read_text(encoding="utf-8"))
+        for module in CHILD_MODULES
     )
     return (
         _BOOTSTRAP_LOADER
@@ -262,7 +264,7 @@ def prepare_launch(
     os.set_blocking(status_read, False)
     disk_bytes = int(limits.disk_mb) * 1024 * 1024
     group_memory = cgroup is not None and cgroup.has_memory
-    config = {
+    config: dict[str, Any] = {
         "mode": mode,
         "status_fd": status_write,
         "rlimits": limits.rlimits(cpu_seconds),

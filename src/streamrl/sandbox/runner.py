@@ -8,6 +8,7 @@ import dataclasses
 import os
 import subprocess
 import time
+from typing import Any
 
 from streamrl.sandbox.gate import GATE
 from streamrl.sandbox.isolation import resolve_isolation
@@ -88,7 +89,7 @@ async def _reap(proc: subprocess.Popen, timeout_s: float) -> None:
 
 def resolve_limits(timeout: float | None, memory_mb: int | None, limits: SandboxLimits | None) -> SandboxLimits:
     """``limits`` (default ``SandboxLimits()``) with ``timeout``/``memory_mb`` overriding it."""
-    overrides = {"timeout_s": timeout, "memory_mb": memory_mb}
+    overrides: dict[str, Any] = {"timeout_s": timeout, "memory_mb": memory_mb}
     return dataclasses.replace(limits or SandboxLimits(), **{k: v for k, v in overrides.items() if v is not None})
 
 
@@ -171,11 +172,17 @@ async def _execute(launch: Launch, limits: SandboxLimits) -> SandboxResult:
     # The code has ended once the init reports, or dies (EOF). Process exit says less: a
     # forked leftover may still hold the output pipes.
     ended: asyncio.Future[None] = loop.create_future()
-    loop.add_reader(launch.status_read, lambda: ended.done() or ended.set_result(None))
+
+    def on_status() -> None:
+        if not ended.done():
+            ended.set_result(None)
+
+    loop.add_reader(launch.status_read, on_status)
     capped = asyncio.ensure_future(over_cap.wait())
     killed_for: KillReason | None = None
     try:
-        done, _ = await asyncio.wait({ended, capped}, timeout=limits.timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        waiting: set[asyncio.Future[Any]] = {ended, capped}
+        done, _ = await asyncio.wait(waiting, timeout=limits.timeout_s, return_when=asyncio.FIRST_COMPLETED)
         if capped in done:
             killed_for = "output_limit"
         elif ended not in done:

@@ -3,11 +3,14 @@ tasks, the rollout backend and evaluation, built from the configuration (docs/ag
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamrl.policy.protocols import InferenceEngine
 from streamrl.policy.tool_format import resolve_tool_format
 from streamrl.training.config import Config
+
+if TYPE_CHECKING:
+    from streamrl.policy.policy import Policy
 
 
 def agent_tasks(config: Config) -> dict[str, list[dict[str, Any]]]:
@@ -17,7 +20,7 @@ def agent_tasks(config: Config) -> dict[str, list[dict[str, Any]]]:
     return read_tasks(config.agent.tasks)
 
 
-def agent_backend(config: Config, engine: InferenceEngine, policy: Any, split: str = "train",
+def agent_backend(config: Config, engine: InferenceEngine, policy: Policy, split: str = "train",
                   temperature: float | None = None) -> Any:
     """An ``AgentBackend`` playing ``split``'s tasks at the rollout's sampling (``temperature``: another)."""
     from streamrl.agents import AgentBackend, AgentSettings, load_agent
@@ -32,7 +35,7 @@ def agent_backend(config: Config, engine: InferenceEngine, policy: Any, split: s
                         load_agent(config.agent.function), tasks[split] if split in tasks else tasks["train"], settings)
 
 
-def external_backend(config: Config, engine: InferenceEngine, policy: Any) -> Any:
+def external_backend(config: Config, engine: InferenceEngine, policy: Policy) -> Any:
     """The endpoint of ``streamrl serve --train``: agents elsewhere claim the dispatched tasks."""
     import os
 
@@ -52,7 +55,7 @@ def eval_split(config: Config) -> str:
     return "test" if "test" in agent_tasks(config) else "train"
 
 
-async def play_agent(config: Config, engine: InferenceEngine, policy: Any, task_ids: list[str], request_prefix: str,
+async def play_agent(config: Config, engine: InferenceEngine, policy: Policy, task_ids: list[str], request_prefix: str,
                      split: str = "train", temperature: float | None = None) -> list[Any]:
     backend = agent_backend(config, engine, policy, split, temperature)
     try:

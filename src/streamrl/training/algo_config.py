@@ -6,7 +6,7 @@ Every algorithm has its own section class with the defaults of ``docs/algorithms
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, StrictBool, StrictInt, field_validator, model_validator
 
@@ -17,6 +17,10 @@ KLKind = Literal["k1", "k2", "k3"]
 
 
 class PolicyLossConfig(Section):
+    if TYPE_CHECKING:
+        # each algorithm's section declares the field ``name: Literal[<its table key>]`` (the base has none)
+        @property
+        def name(self) -> str: ...
     clip_low: Float = Field(0.2, ge=0.0, lt=1.0)
     clip_high: Float = Field(0.28, ge=0.0)
     #: dual-clip constant c (> 1) for negative advantages; null disables it

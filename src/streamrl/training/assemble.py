@@ -4,12 +4,15 @@ budget here, so the learner never sees it)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamrl.training.algorithms import make_algorithm
 from streamrl.training.algorithms.base import Setup
 from streamrl.training.config import Config
 from streamrl.training.learner import Learner, UpdateConfig
+
+if TYPE_CHECKING:
+    from streamrl.policy.policy import Policy
 
 
 def update_config(config: Config) -> UpdateConfig:
@@ -29,7 +32,7 @@ def update_config(config: Config) -> UpdateConfig:
 
 
 def make_learner(
-    config: Config, policy: Any, reference: Any | None = None, reward_range: tuple[float, float] = (0.0, 1.0)
+    config: Config, policy: Policy, reference: Any | None = None, reward_range: tuple[float, float] = (0.0, 1.0)
 ) -> Learner:
     """``reward_range``: the environment's, before ``reward.scale``."""
     scale = config.reward.scale

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from streamrl.policy.protocols import InferenceEngine
 from streamrl.rollout import EpisodeBackend, EpisodeSettings, WorkerSpec, make_backend
 from streamrl.training.agent_mode import agent_backend, external_backend
 from streamrl.training.config import Config
 from streamrl.training.run import policy_source
+
+if TYPE_CHECKING:
+    from streamrl.policy.policy import Policy
 
 
 def worker_spec(config: Config, episode: EpisodeSettings, engine_threads: int | None) -> WorkerSpec:
@@ -25,7 +28,7 @@ def worker_spec(config: Config, episode: EpisodeSettings, engine_threads: int | 
     )
 
 
-def rollout_backend(config: Config, episode: EpisodeSettings, engine: InferenceEngine, policy: Any,
+def rollout_backend(config: Config, episode: EpisodeSettings, engine: InferenceEngine, policy: Policy,
                     engine_threads: int | None) -> EpisodeBackend:
     if config.agent.function:  # the user's agent plays, through the endpoint over the trainer's engine
         return agent_backend(config, engine, policy)

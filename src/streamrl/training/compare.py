@@ -222,8 +222,9 @@ def write_comparison_report(spec: CompareConfig, out: Path, runs: list[tuple[str
         for key, field, scale in (("auc", "auc_points", 100), ("final", "final_points", 100),
                                   ("eval_after", "held_out_points", 100), ("score_after", "score_points", 100)):
             values = [(stats[a][s].get(key), stats[b][s].get(key)) for s in seeds]
-            if values and all(x is not None and y is not None for x, y in values):  # held-out needs both evaluated
-                pair[field] = paired_difference([scale * x for x, _ in values], [scale * y for _, y in values])._asdict()
+            known = [(x, y) for x, y in values if x is not None and y is not None]
+            if values and len(known) == len(values):  # held-out needs both evaluated
+                pair[field] = paired_difference([scale * x for x, _ in known], [scale * y for _, y in known])._asdict()
         pairs.append(pair)
 
     report = {"name": spec.name, "seeds": spec.seeds, "arms": arms, "pairs": pairs, "runs": stats, "config": spec.model_dump()}

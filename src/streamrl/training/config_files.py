@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
@@ -55,7 +56,7 @@ def format_validation_error(exc: ValidationError) -> str:
 
 
 def load_config(
-    paths: list[str | Path] | str | Path | None = None,
+    paths: Sequence[str | Path] | str | Path | None = None,
     overrides: list[str] | None = None,
     *,
     algo: str | None = None,
@@ -112,18 +113,18 @@ def switch_environment(
     in one line on stderr."""
     from streamrl.envs import UnknownEnvironmentError, get_entry
 
-    env = tree.get("env") if isinstance(tree.get("env"), dict) else {}
+    env: dict[str, Any] = tree["env"] if isinstance(tree.get("env"), dict) else {}
     previous = env.get("name", EnvConfig().name)
     if previous == name:
         return
     for field in ("options", "parser", "prompt"):
         env.pop(field, None)
-    model = tree.get("model") if isinstance(tree.get("model"), dict) else {}
+    model: dict[str, Any] = tree["model"] if isinstance(tree.get("model"), dict) else {}
     init_from = str(model.get("init_from") or "")
     if init_from.startswith("warm-start:") and ("model", "init_from") not in overridden:
         model["init_from"] = None
         note(f"env.name={name}: not starting from {init_from} (a warm start for {previous})")
-    sft = tree.get("sft") if isinstance(tree.get("sft"), dict) else {}
+    sft: dict[str, Any] = tree["sft"] if isinstance(tree.get("sft"), dict) else {}
     demonstrator = DEMONSTRATORS.get(sft.get("source", SFTConfig().source))
     try:
         factory = get_entry(name).env
@@ -146,7 +147,7 @@ def switch_model(tree: dict[str, Any], spec: str, overridden: set[tuple[str, ...
     choice: the warm start they load (``model.init_from``, which would win over ``model.spec``) and the
     architecture ``overrides`` made for their model are dropped, unless the overrides set them too.
     Each change is said in one line on stderr."""
-    model = tree.get("model") if isinstance(tree.get("model"), dict) else {}
+    model: dict[str, Any] = tree["model"] if isinstance(tree.get("model"), dict) else {}
     if model.get("spec", ModelConfig().spec) == spec:
         return
     if model.get("init_from") and ("model", "init_from") not in overridden:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -19,6 +19,9 @@ from streamrl.algos import value_loss
 from streamrl.policy.modeling import decoder_and_head, enable_gradient_checkpointing, position_ids_from_mask
 from streamrl.training.batch import Batch, position_chunks
 from streamrl.training.optim import adamw, check_finite_value, clip_and_step, load_optimizer_state
+
+if TYPE_CHECKING:
+    from streamrl.policy.policy import Policy
 
 
 @dataclass
@@ -33,7 +36,7 @@ class ValueTargets:
 class Critic(torch.nn.Module):
     """``V(context)``: the policy's decoder plus a linear head, read at chosen positions."""
 
-    def __init__(self, policy: Any):
+    def __init__(self, policy: Policy):
         super().__init__()
         plain = policy.inference_model(dtype=policy.dtype)  # a detached copy, LoRA merged, trainable precision
         decoder, _ = decoder_and_head(plain)
@@ -59,7 +62,7 @@ class CriticUpdater:
 
     def __init__(
         self,
-        policy: Any,
+        policy: Policy,
         *,
         lr: float,
         betas: tuple[float, float] = (0.9, 0.999),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -37,6 +37,9 @@ from streamrl.training.batch import (
 )
 from streamrl.training.config import OptimConfig, RewardConfig
 from streamrl.training.optim import adamw, check_finite_loss, clip_and_step, load_optimizer_state
+
+if TYPE_CHECKING:
+    from streamrl.policy.policy import Policy
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ class _Probe:
 class Learner:
     """Trains ``policy`` with ``algorithm``; ``step(trajectories)`` is one learner step."""
 
-    def __init__(self, algorithm: Algorithm, settings: UpdateConfig, policy: Any, reference: Any | None = None):
+    def __init__(self, algorithm: Algorithm, settings: UpdateConfig, policy: Policy, reference: Any | None = None):
         self.algorithm = algorithm
         self.settings = settings
         self.policy = policy
@@ -163,6 +166,7 @@ class Learner:
         metrics.update(update_metrics)
         clock.lap("actor_update")
         if self.critic is not None:
+            assert prepared.value_targets is not None, "an algorithm with a critic gives its value targets"
             metrics.update(self.critic.update(batch, prepared.value_targets, step=step))
             clock.lap("critic_update")
         drift = None
@@ -321,13 +325,14 @@ def _cut(full: torch.Tensor, rows: list[int], like: torch.Tensor) -> torch.Tenso
 def _delivery_metrics(delivered: list[Trajectory], usable: list[Trajectory]) -> dict[str, float]:
     n = max(len(delivered), 1)
     finished = [t for t in delivered if t.outcome is not None]
+    outcomes = [t.outcome for t in delivered if t.outcome is not None]
     lags = [t.lag for t in delivered if t.lag is not None]
     turns_mean, format_invalid_frac = turn_stats(delivered)
     return {
         "trajectories": float(len(delivered)),
         "trajectories_in_loss": float(len(usable)),
         "success": sum(t.won for t in finished) / max(len(finished), 1),
-        "outcome_mean": sum(t.outcome for t in finished) / max(len(finished), 1),
+        "outcome_mean": sum(outcomes) / max(len(finished), 1),
         "crashed_frac": (len(delivered) - len(finished)) / n,
         "stale_frac": sum(t.excluded_from_loss for t in delivered) / n,
         "lag_mean": sum(lags) / max(len(lags), 1),

@@ -87,7 +87,7 @@ class MetricsLogger:
 
 def read_metrics(path: Path, kind: str | None = None) -> list[dict[str, Any]]:
     """The records of a kind-tagged JSON-lines file (metrics.jsonl, samples.jsonl); [] if absent."""
-    records = []
+    records: list[dict[str, Any]] = []
     if not Path(path).exists():
         return records
     for line in Path(path).read_text().splitlines():

@@ -11,7 +11,7 @@ import functools
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -37,6 +37,9 @@ from streamrl.training.samples import mixed_selection
 from streamrl.training.sft import behaviour_cloning, demonstrations_and_heldout
 from streamrl.training.signals import GracefulStop
 
+if TYPE_CHECKING:
+    from streamrl.policy.policy import Policy
+
 
 async def train(config: Config, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
                 echo=None) -> dict[str, Any]:
@@ -55,6 +58,7 @@ async def train(config: Config, out_dir: str | Path, *, resume: bool = False, ov
 async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
     finished = ws.finished()
     if finished is not None:
+        assert ws.checkpoint is not None  # a finished run was resumed from its checkpoint
         echo(f"resume: the run in {ws.root} already finished at step {ws.checkpoint.step}; nothing to do")
         return {**finished, "finished_earlier": True}
     state = ws.restore()
@@ -178,7 +182,8 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
 def training_tasks(config: Config) -> tuple[list[str], tuple[float, float]]:
     """The prompt pool (task ids) and the reward range: the environment's, or the agent's tasks."""
     if config.agent.function or config.agent.external:
-        return [task["id"] for task in agent_tasks(config)["train"]], tuple(config.agent.reward_range)
+        reward_range = cast("tuple[float, float]", tuple(config.agent.reward_range))  # validated as a pair
+        return [task["id"] for task in agent_tasks(config)["train"]], reward_range
     env = make(config.env.name, **config.env.options)
     try:
         return env.task_ids("train", limit=config.env.train_tasks), env.spec.reward_range
@@ -186,7 +191,9 @@ def training_tasks(config: Config) -> tuple[list[str], tuple[float, float]]:
         env.close()
 
 
-async def play_episodes(config: Config, engine: InferenceEngine, policy: Any, prompt_ids: list[str], request_prefix: str) -> list[Any]:
+async def play_episodes(
+    config: Config, engine: InferenceEngine, policy: Policy, prompt_ids: list[str], request_prefix: str
+) -> list[Any]:
     """One episode per prompt id with the training episode settings, outside the rollout stream
     (what an algorithm's ``warm_start`` plays)."""
     if config.agent.function:

@@ -26,7 +26,7 @@ def adamw(parameters: Iterable[torch.nn.Parameter], *, lr: float, betas: tuple[f
     dtype (on CPU about 3x faster than the default foreach step, same update up to rounding),
     the default implementation otherwise."""
     parameters = list(parameters)
-    settings = {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay}
+    settings: dict[str, Any] = {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay}
     try:
         return torch.optim.AdamW(parameters, fused=True, **settings)
     except (RuntimeError, ValueError):  # no fused kernel for this device or dtype

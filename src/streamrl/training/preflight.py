@@ -69,7 +69,7 @@ def _check_agent(config: Config) -> None:
         raise ConfigError(str(error)) from None
     if config.rollout.backend != "local":
         raise ConfigError(f"rollout.backend: agents run in the trainer's process (local), not on {config.rollout.backend}")
-    if config.agent.external and getattr(config.algo, "offline_samples", 0):
+    if config.agent.external and bool(getattr(config.algo, "offline_samples", 0)):
         raise ConfigError("algo.offline_samples: an offline prior plays episodes itself, which needs agent.function")
     if config.agent.host not in ("127.0.0.1", "localhost", "::1") and not os.environ.get("STREAMRL_ENDPOINT_TOKEN"):
         raise ConfigError(f"agent.host: serving on {config.agent.host} needs a bearer token (--token or "

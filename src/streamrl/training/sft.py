@@ -19,7 +19,7 @@ import random
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import torch
 
@@ -35,6 +35,9 @@ from streamrl.training.config import Config
 from streamrl.training.evaluate import episode_runner, episode_settings
 from streamrl.training.optim import adamw, clip_and_step
 from streamrl.training.run import environment_entities
+
+if TYPE_CHECKING:
+    from streamrl.policy.policy import Policy
 
 Demonstrator = Callable[[str, dict[str, Any]], str]  # (observation, info) -> model text
 
@@ -167,12 +170,12 @@ def load_replays(path: Path) -> dict[str, list[str]]:
     return replays
 
 
-async def demonstrations_and_heldout(config: Config, policy: Any) -> tuple[list[Trajectory], list[Trajectory]]:
+async def demonstrations_and_heldout(config: Config, policy: Policy) -> tuple[list[Trajectory], list[Trajectory]]:
     """What SFT trains on and what it is scored on after each epoch (empty without ``sft.heldout_demos``)."""
     return await collect_demonstrations(config, policy), await collect_demonstrations(config, policy, heldout=True)
 
 
-async def collect_demonstrations(config: Config, policy: Any, heldout: bool = False) -> list[Trajectory]:
+async def collect_demonstrations(config: Config, policy: Policy, heldout: bool = False) -> list[Trajectory]:
     """Play ``config.sft.demos`` demonstrations (train split, after the RL prompt pool) to the
     environment's own step cap (the RL turn cap does not apply to demonstrations).
 
@@ -203,7 +206,9 @@ async def collect_demonstrations(config: Config, policy: Any, heldout: bool = Fa
 
     runner = episode_runner(config, engine, policy, replace(episode_settings(config), max_turns=None))
     # one episode at a time: the engine answers for the single environment being played
-    trajectories = await run_episodes(runner, demo_env, task_ids, concurrency=1, request_prefix="sft")
+    # the wrapper has what the episode runner uses of an Env: spec, reset, step, tools, close
+    env_factory = cast("Callable[[], Env]", demo_env)
+    trajectories = await run_episodes(runner, env_factory, task_ids, concurrency=1, request_prefix="sft")
     if sft.only_successes:
         trajectories = [t for t in trajectories if t.won]
     return [t for t in trajectories if t.turns]
@@ -250,7 +255,7 @@ def shuffle_entities(input_ids: torch.Tensor, entity_ids: torch.Tensor, generato
 
 
 @torch.no_grad()
-def imitation(policy: Any, demos: list[Trajectory], batch_size: int = 8) -> dict[str, float]:
+def imitation(policy: Policy, demos: list[Trajectory], batch_size: int = 8) -> dict[str, float]:
     """How well the policy reproduces ``demos`` under teacher forcing: action-token NLL, and the
     fraction of actions whose every token gets p > 0.5 (greedy decoding writes them exactly)."""
     nll = tokens = exact = actions = 0.0
@@ -282,7 +287,7 @@ def exact_actions(logprobs: torch.Tensor, action_mask: torch.Tensor) -> torch.Te
 
 
 def behaviour_cloning(
-    config: Config, policy: Any, demos: list[Trajectory], log: Callable[[int, dict], None] | None = None,
+    config: Config, policy: Policy, demos: list[Trajectory], log: Callable[[int, dict], None] | None = None,
     heldout: list[Trajectory] | None = None,
 ) -> dict[str, float]:
     """Minimise the NLL of demonstrated action tokens (plus ``sft.prompt_loss_weight`` x the prompt

@@ -7,6 +7,7 @@ names themselves appear in ``gamefile`` ids, as in ALFWorld's folder names.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 # ---------------------------------------------------------------------------------------------
@@ -170,7 +171,7 @@ class RoomKind:
     #: receptacle kind -> (min count, max count, probability of being present at all)
     receptacles: dict[str, tuple[int, int, float]]
     #: pickupable object kinds found in this room
-    objects: tuple[str, ...]
+    objects: Sequence[str]
     task_types: tuple[str, ...]
     lamps: bool = False
 

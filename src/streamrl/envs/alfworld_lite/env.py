@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from streamrl.envs.alfworld_lite import text
 from streamrl.envs.alfworld_lite.catalog import TASK_TYPES, resolve_task_type
@@ -64,7 +64,9 @@ class AlfworldLiteEnv(Env):
         if isinstance(distractors, int):
             distractors = (distractors, distractors)
         types = tuple(TASK_TYPES) if task_types is None else tuple(resolve_task_type(t).name for t in task_types)
-        self.config = GeneratorConfig(hidden_prob, tuple(distractors), max_receptacles, types)
+        # GeneratorConfig checks that it is a (min, max) pair
+        pair = cast("tuple[int, int]", tuple(distractors))
+        self.config = GeneratorConfig(hidden_prob, pair, max_receptacles, types)
         self.grammar = grammar
         self.include_expert_plan = expert_plan
         super().__init__(seed=seed)
@@ -109,6 +111,8 @@ class AlfworldLiteEnv(Env):
 
     def describe(self) -> dict[str, Any]:
         episode = self._episode
+        if episode is None:
+            raise RuntimeError("alfworld_lite: no task before reset()")
         info: dict[str, Any] = {
             "task_type": self.task.type.name,
             "anchor": f"{episode.task_id}|{self._world.digest()}",

@@ -69,11 +69,13 @@ class _Sketch:
             (r.name for r in self.world.receptacles_of(APPLIANCES[treatment])),
             key=lambda name: (name != self.location, name_key(name)),
         )
+        assert self.held is not None
         self.goto(appliances[0])
         self.commands.append((treatment, self.held, appliances[0]))
 
     def stash(self) -> None:
         """Put the held (unneeded) object down where it fits, here if possible."""
+        assert self.held is not None
         kind = self.world.items[self.held].kind
         fits = [r for r in self.world.receptacles.values() if can_contain(r.kind, kind)]
         # cost: moving there (unless here) plus opening it (if closed)
@@ -94,8 +96,10 @@ def expert_commands(world: World, task: Task) -> list[Command]:
     plans: list[list[Command]] = []
     objects = [item.name for item in world.items_of(task.obj)]
     if task.recep is None:
+        assert task.toggle is not None  # a task has a receptacle or a lamp
         for obj in objects:
             for lamp in world.items_of(task.toggle):
+                assert lamp.location is not None  # lamps are not pickupable
                 sketch = _Sketch(world)
                 sketch.take(obj)
                 sketch.goto(lamp.location)
@@ -206,6 +210,7 @@ class SearchingExpert:
                 if item in seen_there:
                     seen_there.remove(item)
             elif verb in ("move", "put") and self.held is not None:
+                assert self.location is not None  # a put succeeds only at a receptacle
                 self.placed[self.held] = self.location
                 self.contents.setdefault(self.location, []).append(self.held)
                 self.held = None
@@ -230,6 +235,7 @@ class SearchingExpert:
         task = self.task
         holding_target = self.held is not None and kind_of(self.held) == task.obj
         if task.recep is None:
+            assert task.toggle is not None  # a task has a receptacle or a lamp
             if not holding_target:
                 return self._acquire()
             lamp = self._find(task.toggle)

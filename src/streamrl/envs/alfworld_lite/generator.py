@@ -159,7 +159,9 @@ def _eval_split(split: str, config: GeneratorConfig = DEFAULT_CONFIG) -> tuple[E
     """All tasks of an eval split, generated in order with distinct keys."""
     episodes: list[Episode] = []
     keys: set[tuple[int, str, str, str]] = set()
-    for index in range(SPLITS[split]):
+    size = SPLITS[split]
+    assert size is not None, f"{split!r} is not an eval split"
+    for index in range(size):
         task_id = f"{split}/{index}"
         for attempt in range(_MAX_ATTEMPTS):
             episode = _attempt(task_id, f"{task_id}#{attempt}", split, config)

@@ -110,9 +110,9 @@ def apply_command(world: World, command: Command, grammar: str) -> str:
         world.location = names[0]
         return text.arrive(world.receptacles[names[0]], legacy)
     if verb == "open":
-        receptacle = world.receptacles[names[0]]
-        receptacle.is_open = True
-        return f"You open the {receptacle.name}. {text.receptacle_view(receptacle)}"
+        opened = world.receptacles[names[0]]
+        opened.is_open = True
+        return f"You open the {opened.name}. {text.receptacle_view(opened)}"
     if verb == "close":
         world.receptacles[names[0]].is_open = False
         return f"You close the {names[0]}."
@@ -129,14 +129,14 @@ def apply_command(world: World, command: Command, grammar: str) -> str:
         world.held = None
         return text.placed(item, receptacle, legacy)
     if verb in APPLIANCES:
-        item = world.items[names[0]]
+        treated = world.items[names[0]]
         if verb == "heat":
-            item.hot, item.cool = True, False
+            treated.hot, treated.cool = True, False
         elif verb == "cool":
-            item.hot, item.cool = False, True
+            treated.hot, treated.cool = False, True
         else:
-            item.clean = True
-        return f"You {verb} the {item.name} using the {names[1]}."
+            treated.clean = True
+        return f"You {verb} the {treated.name} using the {names[1]}."
     if verb == "use":
         world.items[names[0]].on = True
         return f"You turn on the {names[0]}."

@@ -27,11 +27,18 @@ class Task:
     @property
     def target(self) -> str:
         """The kind the object must end up with: the receptacle, or the lamp for look tasks."""
-        return self.toggle if self.recep is None else self.recep
+        if self.recep is None:
+            assert self.toggle is not None  # a task has a receptacle or a lamp
+            return self.toggle
+        return self.recep
 
     def gamefile_stem(self, scene: int) -> str:
         """ALFWorld's folder naming: ``pick_heat_then_place_in_recep-Apple-None-Fridge-12``."""
-        target = OBJECTS[self.toggle].class_name if self.recep is None else RECEPTACLES[self.recep].class_name
+        if self.recep is None:
+            assert self.toggle is not None  # a task has a receptacle or a lamp
+            target = OBJECTS[self.toggle].class_name
+        else:
+            target = RECEPTACLES[self.recep].class_name
         return f"{self.type.name}-{OBJECTS[self.obj].class_name}-None-{target}-{scene}"
 
     def satisfied(self, world: World) -> bool:
@@ -54,4 +61,5 @@ class Task:
         """Holding the object while a lamp of the right kind is on at the agent's receptacle."""
         if world.held is None or world.items[world.held].kind != self.obj or world.location is None:
             return False
+        assert self.toggle is not None  # a task without a receptacle has a lamp
         return any(lamp.on and lamp.location == world.location for lamp in world.items_of(self.toggle))

@@ -28,7 +28,7 @@ def _read_jsonl(path: Path) -> list[Any]:
                 continue
             try:
                 rows.append(json.loads(line))
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}: line {number} is not valid JSON ({exc.msg})") from None
     return rows
 

@@ -242,6 +242,7 @@ class MathTIREnv(Env):
 
     def _answer(self, text: str) -> Step:
         self._tool_status = None
+        assert self._task is not None
         outcome = grade(text, self._task["answer"], strict=self.strict, checker=self._checker)
         if outcome.pred is None:
             return Step(self._format_hint, effective=False, valid=False)

@@ -120,7 +120,9 @@ def parse_number(text: str) -> Fraction | None:
 
 
 def _split_top_level(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char in "({[":
             depth += 1

@@ -40,6 +40,8 @@ class WebshopLiteEnv(Env):
     Tool form: ``search(query)`` and ``click(target)``, WebShop's own two actions.
     """
 
+    _clickables: list[str]
+
     def __init__(self, max_steps: int = MAX_STEPS, catalog_seed: int = DEFAULT_SEED, seed: int | None = None):
         if max_steps < 1:
             raise ValueError(f"webshop_lite: max_steps must be >= 1, got {max_steps}")
@@ -74,8 +76,9 @@ class WebshopLiteEnv(Env):
         return self._observation
 
     def act(self, action: str) -> Step:
-        name, arg = parse_action(text.resolve_result_number(action, self.admissible_actions))
-        valid = name in ("search", "click") and arg is not None and arg != ""
+        name, parsed = parse_action(text.resolve_result_number(action, self.admissible_actions))
+        arg = parsed or ""
+        valid = name in ("search", "click") and arg != ""
         if valid and name == "search":
             self._search(arg)
         elif valid and arg in self._clickables and arg != "search":
@@ -208,6 +211,7 @@ class WebshopLiteEnv(Env):
             elif clickable in ("description", "features", "reviews"):
                 self._page, self._sub = "sub", clickable
             else:
+                assert self._asin is not None  # an item page shows one product
                 product = self.catalog.by_asin[self._asin]
                 for name, values in product["options"].items():
                     if clickable in values:
@@ -216,6 +220,7 @@ class WebshopLiteEnv(Env):
             self._page, self._sub = "item", None
 
     def _buy(self) -> tuple[float, dict[str, Any]]:
+        assert self._asin is not None  # "buy now" is on an item page
         product = self.catalog.by_asin[self._asin]
         reward, parts = purchase_reward(product, self.goal, product["price"], self._options)
         self._page = "done"
@@ -234,7 +239,9 @@ class WebshopLiteEnv(Env):
                 instruction, shown, self._page_no, len(self._results), PER_PAGE
             )
         elif self._page == "item":
+            assert self._asin is not None
             self._observation, self._clickables = text.item_page(instruction, self.catalog.by_asin[self._asin])
         else:
+            assert self._asin is not None and self._sub is not None
             self._observation, self._clickables = text.sub_page(instruction, self.catalog.by_asin[self._asin], self._sub)
         self._has_search_bar = self._page == "search"

@@ -81,7 +81,7 @@ class Goals:
                 h.update(repr((split, sorted(goal.items()))).encode())
         return h.hexdigest()
 
-    def sizes(self) -> dict[str, int]:
+    def sizes(self) -> dict[str, int | None]:
         return {split: len(goals) for split, goals in self.splits.items()}
 
 

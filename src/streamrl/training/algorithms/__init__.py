@@ -4,6 +4,8 @@ picks one by ``algo.name`` through the algorithm table (``train/algo_config.py``
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from typing import cast
 
 from streamrl.training.algo_config import ALGORITHM_TABLE, PolicyLossConfig
 from streamrl.training.algorithms.base import Algorithm, Setup
@@ -20,7 +22,9 @@ def algorithm_class(name: str) -> type[Algorithm]:
 
 def make_algorithm(section: PolicyLossConfig, setup: Setup) -> Algorithm:
     """The algorithm of config section ``section`` (``config.algo``)."""
-    return algorithm_class(section.name)(section, setup)
+    # every algorithm class is constructed as ``Class(section, setup)`` (``base.Algorithm``)
+    factory = cast("Callable[[PolicyLossConfig, Setup], Algorithm]", algorithm_class(section.name))
+    return factory(section, setup)
 
 
 __all__ = ["algorithm_class", "make_algorithm"]

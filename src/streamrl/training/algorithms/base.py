@@ -10,7 +10,7 @@ keeps across steps (trackers) it checkpoints through ``state_dict``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Literal, Protocol, TypeVar
 
 import torch
 
@@ -19,6 +19,9 @@ from streamrl.rollout import PromptSource, Trajectory
 from streamrl.training.batch import Batch, Counts, MicroBatch, shaped_turn_rewards
 from streamrl.training.config import OptimConfig, RewardConfig
 from streamrl.training.critic import CriticUpdater, ValueTargets
+
+if TYPE_CHECKING:
+    from streamrl.policy.policy import Policy
 
 Targets = TypeVar("Targets")
 
@@ -31,7 +34,7 @@ Play = Callable[[list[str], str], Awaitable[list[Trajectory]]]
 class Setup:
     """What an algorithm may know of the run besides its own config section."""
 
-    policy: Any
+    policy: Policy
     reward: RewardConfig
     #: the environment's reward range times ``reward.scale``: outcomes live here
     reward_range: tuple[float, float]

@@ -7,7 +7,7 @@ beside it toward ``Prepared.value_targets``, with its own optimiser.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -29,8 +29,9 @@ class PPO(Stateless):
     def __init__(self, config: PPOConfig, setup: Setup):
         self.config = config
         optim = setup.optim
+        betas = cast("tuple[float, float]", tuple(optim.betas))  # validated as a pair
         self.critic = CriticUpdater(
-            setup.policy, lr=config.critic_lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay,
+            setup.policy, lr=config.critic_lr, betas=betas, weight_decay=optim.weight_decay,
             grad_clip=optim.grad_clip, micro_batch_size=optim.micro_batch_size,
             epochs=config.epochs, value_clip=config.value_clip, gradient_checkpointing=setup.gradient_checkpointing,
         )

@@ -63,6 +63,7 @@ class SAPO(Stateless):
 
     def advantages(self, batch: Batch, old: ScoreOutput, step: int) -> Prepared[SAPOTargets]:
         config = self.config
+        assert old.value_logits is not None  # reads_values: the proximal pass reads the value tokens
         flat_logits = old.value_logits.reshape(-1, 2)
         v_old = self.readout(flat_logits[batch.pre_action]).double()
         q_old = self.readout(flat_logits[batch.post_action]).double()
@@ -101,6 +102,8 @@ class SAPO(Stateless):
     def auxiliary_loss(self, prepared: Prepared[SAPOTargets], micro: MicroBatch, out: ScoreOutput, counts: Counts) -> Auxiliary:
         """The V and Q losses of the micro-batch's turns, averaged over the mini-batch's turns."""
         config, targets, ids = self.config, prepared.targets, micro.turn_ids
+        # ``advantages`` set the targets, and reads_values makes the training forward read the value tokens
+        assert targets is not None and out.value_logits is not None
         values = self.readout(out.value_logits[micro.pre_positions])
         q_values = self.readout(out.value_logits[micro.post_positions])
         all_turns = torch.ones_like(ids, dtype=torch.bool)

@@ -53,6 +53,7 @@ class SPO:
         return baseline_advantages(batch, baselines, self.config.norm_measure)
 
     def after_update(self, delivered: list[Trajectory], drift: float | None) -> dict[str, float]:
+        assert drift is not None  # measures_drift: the learner always passes it
         self.total_drift += drift
         rhos = []
         for t in delivered:  # sequentially, in receipt order

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import math
 import random
+from decimal import Decimal
 from fractions import Fraction
 
 from streamrl.envs.math_tir.problems.exact import HIGH_PRECISION, RejectDraw, fixed, round_stated, to_decimal
@@ -116,6 +117,7 @@ def build_statistics(rng: random.Random, knobs: Knobs, template: str) -> Draft:
         shown = [str(v) for v in values]
     listed = ", ".join(shown)
     mean = sum(values, Fraction(0)) / size
+    value: Fraction | Decimal
     if template == "test_scores_mean":
         context, ask, value = (
             [f"A class of {size} students scored {listed} points on a test."],

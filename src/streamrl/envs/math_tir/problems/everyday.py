@@ -193,16 +193,16 @@ def build_unit_conversion(rng: random.Random, knobs: Knobs, template: str) -> Dr
             2,
         )
     else:  # lab_fahrenheit (held out)
-        start = Fraction(rng.randint(-300, 400), 10)
+        celsius = Fraction(rng.randint(-300, 400), 10)
         drops = [Fraction(rng.randint(5, 250), 10) for _ in range(steps - 1)]
-        params = {"start": fixed(start, 1), "drops": [fixed(d, 1) for d in drops]}
+        params = {"start": fixed(celsius, 1), "drops": [fixed(d, 1) for d in drops]}
         context = [
-            f"A lab sample starts at {fixed(start, 1)} degrees Celsius and is cooled by {_listing([fixed(d, 1) for d in drops])} degrees Celsius in turn.",
+            f"A lab sample starts at {fixed(celsius, 1)} degrees Celsius and is cooled by {_listing([fixed(d, 1) for d in drops])} degrees Celsius in turn.",
             "Fahrenheit is F = C * 9/5 + 32.",
         ]
         ask, value, places = (
             "What is the sample's final temperature in degrees Fahrenheit? Round to 1 decimal place.",
-            (start - sum(drops)) * Fraction(9, 5) + 32,
+            (celsius - sum(drops)) * Fraction(9, 5) + 32,
             1,
         )
     return Draft(context, ask, f"{round_stated(value, places):f}", params)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from decimal import Decimal
 from fractions import Fraction
 
 from streamrl.envs.math_tir.problems.exact import HIGH_PRECISION, RejectDraw, fixed, money, round_stated, to_decimal
@@ -31,7 +32,7 @@ def _percent_text(basis_points: int) -> str:
     return fixed(Fraction(basis_points, 100), 2)
 
 
-def _cents_text(value: Fraction) -> str:
+def _cents_text(value: Fraction | Decimal) -> str:
     return f"{round_stated(value, 2):f}"
 
 
@@ -62,12 +63,14 @@ def build_compound_interest(rng: random.Random, knobs: Knobs, template: str) -> 
     }
     cents = "Round to the nearest cent."
     if template == "balance":
+        assert periods is not None
         context = [
             f"{name} deposits ${principal} in a savings account that pays {rate}% annual interest, compounded {COMPOUNDING[periods]}.",
             "No other deposits or withdrawals are made.",
         ]
         ask = f"What is the balance after {years} years, in dollars? {cents}"
     elif template == "interest_earned":
+        assert periods is not None
         context = [
             f"A credit union pays {rate}% per year, compounded {COMPOUNDING[periods]}, on a certificate of deposit.",
             f"{name} puts ${principal} into it for {years} years.",
@@ -104,7 +107,7 @@ def build_loan(rng: random.Random, knobs: Knobs, template: str) -> Draft:
         price = digits_number(rng, knobs.pick_digits(rng, 4, 5)) * 100 + rng.choice((0, 50, 99))
         down = rng.randint(10, 30)
         years = rng.randint(3, 7)
-        principal = Fraction(price, 100) * Fraction(100 - down, 100)
+        financed = Fraction(price, 100) * Fraction(100 - down, 100)
         params = {
             "price": fixed(Fraction(price, 100), 2),
             "down_percent": down,
@@ -117,7 +120,7 @@ def build_loan(rng: random.Random, knobs: Knobs, template: str) -> Draft:
             f"The loan runs {years} years at {rate}% a year, compounded monthly, with equal monthly payments.",
             formula,
         ]
-        payment = round_stated(_monthly_payment(principal, rate_bp, 12 * years), 2)
+        payment = round_stated(_monthly_payment(financed, rate_bp, 12 * years), 2)
         return Draft(
             context, "What is the monthly payment in dollars? Round to the nearest cent.", f"{payment:f}", params
         )
