@@ -37,6 +37,10 @@ STANDARD_INFO_KEYS = (
 )
 
 ActionFormat = Literal["command", "code"]
+#: earlier (observation, action) pairs of an episode, oldest first
+History = list[tuple[str, str]]
+#: chat messages (``role``, ``content``)
+Messages = list[dict[str, str]]
 
 
 @dataclass(frozen=True)
@@ -137,13 +141,7 @@ class PromptBuilder(ABC):
     def next_message(self, observation: str, info: dict[str, Any]) -> str: ...
 
     @abstractmethod
-    def step_messages(
-        self,
-        initial_observation: str,
-        history: list[tuple[str, str]],
-        observation: str,
-        info: dict[str, Any],
-    ) -> list[dict[str, str]]:
+    def step_messages(self, initial_observation: str, history: History, observation: str, info: dict[str, Any]) -> Messages:
         """Chat messages for one per-step sample.
 
         ``history`` holds (observation, action) pairs of all earlier steps, oldest first; the

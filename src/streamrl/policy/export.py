@@ -38,22 +38,22 @@ def export_policy(policy: Policy, out: str | Path, *, adapter: bool = False) -> 
             base_path = str(_write_base(policy, folder / BASE_FOLDER).resolve())
         with quiet_peft():
             return policy.save(folder, base_model_path=base_path)
-    folder.mkdir(parents=True, exist_ok=True)
     with quiet_peft():
         model = policy.inference_model()  # a plain copy: LoRA merged (merge_and_unload), frozen
-    model.save_pretrained(folder)
-    policy.tokenizer.save_pretrained(folder)
-    _write_record(folder, policy)
-    readable_by_all(folder)
-    return folder
+    return _write_folder(model, policy, folder)
 
 
 def _write_base(policy: Policy, folder: Path) -> Path:
     """The base model under a LoRA policy (adapters removed, not merged) as a plain HF folder."""
-    folder.mkdir(parents=True, exist_ok=True)
     with quiet_peft():
         base: Any = copy.deepcopy(policy.model).unload()
-    base.save_pretrained(folder)
+    return _write_folder(base, policy, folder)
+
+
+def _write_folder(model: Any, policy: Policy, folder: Path) -> Path:
+    """``model`` with ``policy``'s tokenizer and record, as a folder anyone may read."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
     policy.tokenizer.save_pretrained(folder)
     _write_record(folder, policy)
     readable_by_all(folder)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamrl.envs.alfworld_lite.text import TASK_PREFIX, WELCOME
-from streamrl.envs.base import PromptBuilder
+from streamrl.envs.base import History, Messages, PromptBuilder
 from streamrl.envs.common import ThinkActionParser, prompt_instruction
 
 EXPERT_SENTENCE = "You are an expert agent operating in the ALFRED Embodied Environment."
@@ -57,7 +57,7 @@ def without_banner(observation: str) -> str:
     return body[:start].strip() if start >= 0 else body
 
 
-def _visited(history: list[tuple[str, str]]) -> list[str]:
+def _visited(history: History) -> list[str]:
     """Receptacles the agent went to, first visit order, each once."""
     places: list[str] = []
     for _, action in history:
@@ -113,13 +113,7 @@ class AlfworldPromptBuilder(PromptBuilder):
 
     # -- per-step prompts ------------------------------------------------------------------------
 
-    def step_messages(
-        self,
-        initial_observation: str,
-        history: list[tuple[str, str]],
-        observation: str,
-        info: dict[str, Any],
-    ) -> list[dict[str, str]]:
+    def step_messages(self, initial_observation: str, history: History, observation: str, info: dict[str, Any]) -> Messages:
         if self.style == "verl":
             content = self._verl_step(initial_observation, history, observation, info)
         else:
@@ -127,7 +121,7 @@ class AlfworldPromptBuilder(PromptBuilder):
         return [{"role": "user", "content": content}]
 
     def _verl_step(
-        self, initial: str, history: list[tuple[str, str]], observation: str, info: dict[str, Any]
+        self, initial: str, history: History, observation: str, info: dict[str, Any]
     ) -> str:
         admissible = self._verl_admissible(info)
         if not history:
@@ -150,7 +144,7 @@ class AlfworldPromptBuilder(PromptBuilder):
         )
 
     def _compact_step(
-        self, initial: str, history: list[tuple[str, str]], observation: str, info: dict[str, Any]
+        self, initial: str, history: History, observation: str, info: dict[str, Any]
     ) -> str:
         lines = [f"Task: {task_of(initial)}"]
         if not history:

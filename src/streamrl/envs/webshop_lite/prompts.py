@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from streamrl.envs.base import PromptBuilder
+from streamrl.envs.base import History, Messages, PromptBuilder
 from streamrl.envs.common import ThinkActionParser, prompt_instruction
 from streamrl.envs.webshop_lite.text import shown_results
 
@@ -117,13 +117,7 @@ class WebshopPromptBuilder(PromptBuilder):
 
     # -- per-step prompts ------------------------------------------------------------------------
 
-    def step_messages(
-        self,
-        initial_observation: str,
-        history: list[tuple[str, str]],
-        observation: str,
-        info: dict[str, Any],
-    ) -> list[dict[str, str]]:
+    def step_messages(self, initial_observation: str, history: History, observation: str, info: dict[str, Any]) -> Messages:
         task = _task(initial_observation, info)
         if self.style == "verl":
             content = self._verl_step(task, history, observation, info)
@@ -137,7 +131,7 @@ class WebshopPromptBuilder(PromptBuilder):
             f"{self._verl_actions(info)}\n\nNow it's your turn to take one action for the current step.\n{self.instruction}"
         )
 
-    def _verl_step(self, task: str, history: list[tuple[str, str]], observation: str, info: dict[str, Any]) -> str:
+    def _verl_step(self, task: str, history: History, observation: str, info: dict[str, Any]) -> str:
         if not history or self.history_length == 0:
             return self._verl_no_history(task, observation, info)
         taken = len(history)
@@ -154,7 +148,7 @@ class WebshopPromptBuilder(PromptBuilder):
         )
         return prompt if len(prompt) <= MAX_PROMPT_CHARS else self._verl_no_history(task, observation, info)
 
-    def _compact_step(self, task: str, history: list[tuple[str, str]], observation: str, info: dict[str, Any]) -> str:
+    def _compact_step(self, task: str, history: History, observation: str, info: dict[str, Any]) -> str:
         lines = [f"Task: {task}"]
         lines += [f"> {action}" for _, action in history[max(0, len(history) - self.history_length):]]
         lines += [self._compact_page(observation, info), self.instruction]
