@@ -5,16 +5,21 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import functools
 import os
 import subprocess
 import time
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 
 from streamrl.sandbox.gate import GATE
 from streamrl.sandbox.isolation import resolve_isolation
 from streamrl.sandbox.launch import Launch, prepare_launch
 from streamrl.sandbox.limits import SandboxLimits
 from streamrl.sandbox.result import KillReason, SandboxResult, classify
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _READ_CHUNK = 64 * 1024
 #: how long to wait for the pipes to drain once the process group is dead
@@ -229,32 +234,22 @@ async def _execute(launch: Launch, limits: SandboxLimits) -> SandboxResult:
     )
 
 
-def run_python(
-    code: str,
-    timeout: float | None = None,
-    memory_mb: int | None = None,
-    *,
-    limits: SandboxLimits | None = None,
-    isolation: str = "auto",
-    cgroup: bool | None = None,
-    echo_last_expr: bool = False,
-    allow_weak: bool | None = None,
-) -> SandboxResult:
-    """Synchronous ``arun_python``; safe to call from a thread or from inside a running loop."""
-    coro = arun_python(
-        code,
-        timeout,
-        memory_mb,
-        limits=limits,
-        isolation=isolation,
-        cgroup=cgroup,
-        echo_last_expr=echo_last_expr,
-        allow_weak=allow_weak,
-    )
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    # called from inside an event loop: a nested loop is not allowed, so use a helper thread
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+def _synchronous(coroutine_function: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, R]:
+    """``coroutine_function`` as a plain function with the same parameters, safe to call from a
+    thread or from inside a running loop (a nested loop is not allowed there: a helper thread runs it)."""
+
+    @functools.wraps(coroutine_function)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        coro = coroutine_function(*args, **kwargs)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coro)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(asyncio.run, coro).result()
+
+    return run
+
+
+run_python = _synchronous(arun_python)
+run_python.__doc__ = "Synchronous ``arun_python`` (same parameters); safe to call from a thread or inside a running loop."
