@@ -34,6 +34,7 @@ from streamrl.rollout import (  # noqa: E402
     replay,
 )
 from streamrl.rollout.ray_backend import RayBackend  # noqa: E402
+from streamrl.training.loggers import read_metrics  # noqa: E402
 
 MODEL = {"spec": "tiny", "seed": 0, "threads": 1,
          "model_overrides": {"hidden_size": 32, "num_hidden_layers": 1, "intermediate_size": 64}}
@@ -177,3 +178,23 @@ def test_sigkill_then_resume_with_the_ray_backend(cluster, tmp_path, sigkill_at_
     groups = [e for e in events if e["event"] == "group"]  # group mode (GRPO): whole groups delivered
     assert groups and all(len(e["finished"]) == 8 and not e["partial"] for e in groups)
     assert json.loads((out / "summary.json").read_text())["steps"] == 3
+
+
+def test_an_agent_function_runs_in_the_ray_workers(cluster, tmp_path):
+    """``--agent`` with ``rollout.backend=ray``: each worker serves its own endpoint over its engine
+    and runs the agent there; the trainer learns from what the workers' engines generated."""
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "streamrl", "train", "--out", str(out), "--config", "configs/smoke.yaml",
+            "--agent", "examples/openai_agent.py:run", "--tasks", "examples/pick_tasks.jsonl",
+            "rollout.backend=ray", "rollout.workers=1", "train.steps=2", "train.batch_size=4", "rollout.concurrency=4",
+            "train.eval_at_start=false", "env.eval_tasks=2"]
+    done = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "RAY_ADDRESS": cluster}, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    events = read_events(out / "events.jsonl")
+    results = [e for e in events if e["event"] == "result"]
+    assert results and {e["worker"] for e in results} == {"worker-0"}  # played in the worker, not in the trainer
+    assert all(e["end_reason"] == "terminated" for e in results), results
+    delivered = [rid for batch in replay(out / "events.jsonl") for rid in batch]
+    assert len(delivered) == len(set(delivered)) == 2 * 4
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl", "train")] == [1, 2]
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2

@@ -6,11 +6,11 @@ which plays a user's ``async def run(client, task) -> float`` as the rollout's e
 Above ``policy`` and ``rollout``, below ``train``.
 """
 
-from streamrl.agents.runner import AgentBackend, AgentLoadError, AgentSettings, load_agent, read_tasks
+from streamrl.agents.runner import AgentBackend, AgentLoadError, AgentPlayer, AgentSettings, load_agent, read_tasks
 from streamrl.agents.server import Endpoint, EndpointServer, EndpointSettings, RequestError, build_app
 from streamrl.agents.sessions import Call, Session, SessionStore, to_trajectory
 
 __all__ = [
-    "AgentBackend", "AgentLoadError", "AgentSettings", "Call", "Endpoint", "EndpointServer", "EndpointSettings",
+    "AgentBackend", "AgentLoadError", "AgentPlayer", "AgentSettings", "Call", "Endpoint", "EndpointServer", "EndpointSettings",
     "RequestError", "Session", "SessionStore", "build_app", "load_agent", "read_tasks", "to_trajectory",
 ]

@@ -27,7 +27,7 @@ from typing import Any
 from streamrl.agents.server import Endpoint, EndpointServer, EndpointSettings, build_app
 from streamrl.agents.sessions import Session, to_trajectory
 from streamrl.policy.protocols import InferenceEngine
-from streamrl.policy.tool_format import ToolFormat
+from streamrl.policy.tool_format import ToolFormat, resolve_tool_format
 from streamrl.rollout.trajectory import DispatchRecord, Trajectory
 
 AgentFunction = Callable[[Any, dict[str, Any]], Awaitable[Any]]
@@ -166,6 +166,22 @@ class AgentBackend:
             await self.server.close()
             self.server = None
         return []
+
+
+@dataclass(frozen=True)
+class AgentPlayer:
+    """What a Ray rollout worker builds to play agent episodes on its own engine (picklable: the
+    agent is named by its ``module:function`` spec and loaded in the worker, which therefore needs
+    the file at the same path, as a local Ray cluster has)."""
+
+    function: str
+    tasks: list[dict[str, Any]]
+    settings: AgentSettings
+    tool_format: str = "auto"
+
+    def __call__(self, engine: InferenceEngine, policy: Any) -> AgentBackend:
+        tool_format = resolve_tool_format(policy, self.tool_format)[0]
+        return AgentBackend(engine, policy, tool_format, load_agent(self.function), self.tasks, self.settings)
 
 
 class ExternalAgentBackend:

@@ -110,6 +110,12 @@ class WorkerSpec:
     worker_cpus: float = 1.0
     worker_gpus: float = 0.0
     seed: int = 0
+    #: plays the episodes instead of the environment (an agent function): called in the worker with
+    #: its engine and policy, it returns the backend those episodes are played in; picklable
+    player: Callable[[InferenceEngine, Any], EpisodeBackend] | None = None
+    #: the longest one episode may take before its worker is taken for hung (None: bounded by the
+    #: episode settings' timeouts, see ``ray_backend``)
+    episode_timeout_s: float | None = None
 
     def make_env(self) -> Env | AsyncEnv:
         return make(self.env, **self.env_options)

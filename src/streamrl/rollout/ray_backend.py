@@ -2,7 +2,9 @@
 
 The dispatcher, the learner and the event log stay in the trainer's process; a ``RolloutWorker``
 actor builds its policy, engine and environment pool from a ``WorkerSpec`` and plays whatever
-dispatch record it is handed, with the same ``EpisodeRunner`` as the local backend.
+dispatch record it is handed, with the same ``EpisodeRunner`` as the local backend, or, when the
+spec names a ``player`` (an agent function, ``--agent``), with that player over its own engine: the
+agent then runs in the worker, against an endpoint of the worker's own.
 
 Weights: each published version is put into Ray's object store once (``ray.put``) and its
 reference sent to every worker (``sync``); each ``play`` call carries the newest reference too, so
@@ -56,9 +58,13 @@ class RolloutWorker:
 
         policy = load_policy(**spec.model)
         self._engine = make_engine(spec.engine, policy, version=-1, seed=spec.seed, threads=spec.engine_threads)
-        self._runner = EpisodeRunner(self._engine, policy, spec.make_parser(policy), spec.make_prompt_builder(), spec.episode)
-        self._envs = EnvPool(spec.make_env, slots, call_timeout_s=spec.episode.env_timeout_s)
         self._lock = asyncio.Lock()
+        #: an agent function's backend over this worker's engine, or None: the environment plays
+        self._player = spec.player(self._engine, policy) if spec.player is not None else None
+        if self._player is None:
+            self._runner = EpisodeRunner(self._engine, policy, spec.make_parser(policy), spec.make_prompt_builder(),
+                                         spec.episode)
+            self._envs = EnvPool(spec.make_env, slots, call_timeout_s=spec.episode.env_timeout_s)
 
     def pid(self) -> int:
         return os.getpid()
@@ -75,10 +81,12 @@ class RolloutWorker:
 
     async def play(self, record: DispatchRecord, version: int, weights: list[Any]) -> Trajectory:
         await self.sync(version, weights)
+        if self._player is not None:
+            return (await self._player.play(record))[0]
         return await self._runner.run_leased(self._envs, record)
 
     async def close(self, timeout_s: float) -> list[str]:
-        stuck = await self._envs.close(timeout_s)
+        stuck = await (self._player.close(timeout_s) if self._player is not None else self._envs.close(timeout_s))
         await self._engine.close()
         return stuck
 
@@ -254,6 +262,8 @@ class RayBackend:
 def _episode_bound(spec: WorkerSpec) -> float | None:
     """The longest a sound episode can take when every call in it is bounded (reset, then per turn
     a generate and a step), with a minute's slack for scheduling; None when some call is not."""
+    if spec.episode_timeout_s is not None:
+        return spec.episode_timeout_s
     episode = spec.episode
     env, generate, turns = episode.env_timeout_s, episode.generate_timeout_s, episode.max_turns
     if env is None or generate is None or turns is None:

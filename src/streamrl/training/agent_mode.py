@@ -20,10 +20,10 @@ def agent_tasks(config: Config) -> dict[str, list[dict[str, Any]]]:
     return read_tasks(config.agent.tasks)
 
 
-def agent_backend(config: Config, engine: InferenceEngine, policy: Policy, split: str = "train",
-                  temperature: float | None = None) -> Any:
-    """An ``AgentBackend`` playing ``split``'s tasks at the rollout's sampling (``temperature``: another)."""
-    from streamrl.agents import AgentBackend, AgentSettings, load_agent
+def agent_player(config: Config, split: str = "train", temperature: float | None = None) -> Any:
+    """An ``AgentPlayer``: builds, over an engine and a policy, the backend in which the agent plays
+    ``split``'s tasks at the rollout's sampling (``temperature``: another), here or in a Ray worker."""
+    from streamrl.agents import AgentPlayer, AgentSettings
 
     assert config.agent.function is not None
     rollout = config.rollout
@@ -31,8 +31,14 @@ def agent_backend(config: Config, engine: InferenceEngine, policy: Policy, split
                              temperature=rollout.temperature if temperature is None else temperature,
                              top_p=rollout.top_p, max_new_tokens=rollout.max_new_tokens)
     tasks = agent_tasks(config)
-    return AgentBackend(engine, policy, resolve_tool_format(policy, config.model.tool_format)[0],
-                        load_agent(config.agent.function), tasks[split] if split in tasks else tasks["train"], settings)
+    return AgentPlayer(config.agent.function, tasks[split] if split in tasks else tasks["train"], settings,
+                       config.model.tool_format)
+
+
+def agent_backend(config: Config, engine: InferenceEngine, policy: Policy, split: str = "train",
+                  temperature: float | None = None) -> Any:
+    """An ``AgentBackend`` over the trainer's engine (see ``agent_player``)."""
+    return agent_player(config, split, temperature)(engine, policy)
 
 
 def external_backend(config: Config, engine: InferenceEngine, policy: Policy) -> Any:

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from streamrl.policy.protocols import InferenceEngine
 from streamrl.rollout import EpisodeBackend, EpisodeSettings, WorkerSpec, make_backend
-from streamrl.training.agent_mode import agent_backend, external_backend
+from streamrl.training.agent_mode import agent_backend, agent_player, external_backend
 from streamrl.training.config import Config
 from streamrl.training.run import policy_source
 
@@ -30,11 +31,15 @@ def worker_spec(config: Config, episode: EpisodeSettings, engine_threads: int | 
 
 def rollout_backend(config: Config, episode: EpisodeSettings, engine: InferenceEngine, policy: Policy,
                     engine_threads: int | None) -> EpisodeBackend:
-    if config.agent.function:  # the user's agent plays, through the endpoint over the trainer's engine
-        return agent_backend(config, engine, policy)
     if config.agent.external:  # agents elsewhere claim the tasks (streamrl serve --train)
         return external_backend(config, engine, policy)
+    spec = worker_spec(config, episode, engine_threads)
+    if config.agent.function:  # the user's agent plays, through an endpoint over the engine that serves it
+        if config.rollout.backend == "local":
+            return agent_backend(config, engine, policy)
+        # in each Ray worker, against the worker's own endpoint; an episode is bounded by the agent's timeout
+        spec = dataclasses.replace(spec, player=agent_player(config), episode_timeout_s=config.agent.timeout_s + 60.0)
     return make_backend(
-        config.rollout.backend, worker_spec(config, episode, engine_threads), concurrency=config.rollout.concurrency,
+        config.rollout.backend, spec, concurrency=config.rollout.concurrency,
         engine=engine, codec=policy, weights=policy.state_dict_for_engine, workers=config.rollout.workers,
     )

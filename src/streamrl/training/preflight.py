@@ -67,8 +67,9 @@ def _check_agent(config: Config) -> None:
         read_tasks(str(config.agent.tasks))
     except AgentLoadError as error:
         raise ConfigError(str(error)) from None
-    if config.rollout.backend != "local":
-        raise ConfigError(f"rollout.backend: agents run in the trainer's process (local), not on {config.rollout.backend}")
+    if config.agent.external and config.rollout.backend != "local":
+        raise ConfigError(f"rollout.backend: agents elsewhere claim tasks from the trainer's endpoint (local), "
+                          f"not from {config.rollout.backend} workers")
     if config.agent.external and bool(getattr(config.algo, "offline_samples", 0)):
         raise ConfigError("algo.offline_samples: an offline prior plays episodes itself, which needs agent.function")
     if config.agent.host not in ("127.0.0.1", "localhost", "::1") and not os.environ.get("STREAMRL_ENDPOINT_TOKEN"):
