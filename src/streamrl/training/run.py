@@ -43,17 +43,21 @@ from streamrl.training.samples import SampleLog
 
 @dataclass
 class RunState:
+    #: learner steps done: the run's one step count
     step: int = 0
-    version: int = 0
     trajectories: int = 0
 
     @classmethod
     def initial(cls) -> RunState:
         return cls()
 
+    @property
+    def version(self) -> int:
+        """The policy version the learner last published: each step publishes one."""
+        return self.step
+
     def advance(self, batch: list[Trajectory]) -> None:
         self.step += 1
-        self.version += 1
         self.trajectories += len(batch)
 
     def metrics(self) -> dict[str, float]:
@@ -79,7 +83,8 @@ class ResumeState:
 
     @classmethod
     def from_checkpoint(cls, path: Path, state: dict[str, Any]) -> ResumeState:
-        return cls(path=path, run=RunState(**state["run"]), learner=state["learner"], rollout=state["rollout"],
+        run = RunState(step=int(state["run"]["step"]), trajectories=int(state["run"]["trajectories"]))
+        return cls(path=path, run=run, learner=state["learner"], rollout=state["rollout"],
                    metrics_offset=int(state["metrics_offset"]), events_offset=int(state["events_offset"]),
                    samples_offset=state.get("samples_offset"))
 
