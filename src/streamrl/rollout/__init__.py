@@ -8,7 +8,8 @@ Pieces, bottom up:
 * ``to_samples`` (``full_history_sample``, ``per_step_samples``) -> ``TrainingSample``: packed ids,
   action mask, rollout log-probs, turn spans, pre/post-action positions, per-turn rewards/dones.
 * ``EpisodeRunner`` + ``EpisodeSettings``: plays one episode; faults end it with an ``end_reason``.
-  ``run_episodes`` plays a fixed task list once each (evaluation).
+  ``run_episodes`` plays a fixed task list once each (evaluation). ``LatencyModel`` (optional)
+  injects heavy-tailed waits between turns and at the end, for the asynchronous regime on one machine.
 * ``Rollout`` + ``RolloutSettings``: ``mode="stream"`` (single-stream, first-finished) or
   ``mode="group"`` (GRPO groups behind a barrier), with admission bounded by ``max_staleness``.
 * ``make_backend`` -> ``LocalBackend`` (episodes in this process) or ``RayBackend`` (Ray actors,
@@ -57,6 +58,7 @@ from streamrl.rollout.backend import EpisodeBackend, LocalBackend, WorkerSpec, m
 from streamrl.rollout.dispatcher import Rollout
 from streamrl.rollout.episode import EpisodeRunner, EpisodeSettings
 from streamrl.rollout.events import EventLog, read_events, replay
+from streamrl.rollout.latency import LatencyModel
 from streamrl.rollout.layouts import TrainingSample, full_history_sample, per_step_samples, to_samples
 from streamrl.rollout.play_tasks import run_episodes
 from streamrl.rollout.settings import DeadEnvironmentError, RolloutError, RolloutSettings, RolloutStalledError
@@ -86,6 +88,7 @@ __all__ = [
     "EpisodeRunner",
     "EpisodeSettings",
     "EventLog",
+    "LatencyModel",
     "Layout",
     "LocalBackend",
     "PromptSource",

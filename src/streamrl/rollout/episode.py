@@ -8,6 +8,7 @@ weights between two turns, the trajectory straddles versions and says so turn by
 
 from __future__ import annotations
 
+import asyncio
 import math
 import numbers
 import time
@@ -19,6 +20,7 @@ from streamrl.envs.tools import AssistantMessage
 from streamrl.policy.protocols import ChatCodec, GenerationRequest, GenerationResult, InferenceEngine, SamplingParams
 from streamrl.rollout.context import bridge_ids, opening_ids, step_prompt_ids
 from streamrl.rollout.env_pool import EnvPool
+from streamrl.rollout.latency import LatencyModel
 from streamrl.rollout.timeouts import CallTimedOut, bounded
 from streamrl.rollout.trajectory import (
     ENV_FAULT_END_REASONS,
@@ -53,6 +55,8 @@ class EpisodeSettings:
     #: the tool form: prompts carry the environment's tool schemas, the parser reads the model's
     #: tool calls, and answers come back as tool messages (``env.tools``)
     tools: bool = False
+    #: injected waits after turns and at the episode's end (None: none); see ``rollout/latency.py``
+    latency: LatencyModel | None = None
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -151,6 +155,9 @@ class EpisodeRunner:
         except _EpisodeEnded as ended:
             trajectory.end_reason = ended.reason
             trajectory.error = ended.message
+        latency = self.settings.latency
+        if latency is not None:
+            await self._wait(trajectory, latency.episode_delay(record.request_id, trajectory.won))
         trajectory.outcome = sum(trajectory.rewards) if trajectory.end_reason in OUTCOME_END_REASONS else None
         trajectory.finished_at = time.time()
         trajectory.duration_s = time.monotonic() - started
@@ -238,6 +245,8 @@ class EpisodeRunner:
             )
             trajectory.info = info
             trajectory.won = bool(info.get("won", False))
+            if self.settings.latency is not None:
+                await self._wait(trajectory, self.settings.latency.turn_delay(record.request_id, index))
             if full_history:
                 transcript.extend(context)
                 transcript.extend(result.token_ids)
@@ -257,6 +266,13 @@ class EpisodeRunner:
                 return
         trajectory.end_reason = "max_turns"
         self._keep_trailing(trajectory, transcript, context)
+
+    @staticmethod
+    async def _wait(trajectory: Trajectory, seconds: float) -> None:
+        """An injected delay (the latency model), added to the trajectory's record of them."""
+        if seconds > 0:
+            trajectory.injected_delay_s += seconds
+            await asyncio.sleep(seconds)
 
     def _keep_trailing(self, trajectory: Trajectory, transcript: list[int], context: list[int]) -> None:
         """Full history, cut episode: keep the next context (mask 0) when it fits the window."""

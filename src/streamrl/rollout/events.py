@@ -64,6 +64,7 @@ def result_fields(trajectory: Trajectory) -> dict[str, Any]:
             "end_reason": trajectory.end_reason, "outcome": trajectory.outcome, "turns": len(trajectory.turns),
             "num_action_tokens": trajectory.num_action_tokens, "dispatch_version": trajectory.dispatch.policy_version,
             "turn_versions": trajectory.turn_versions, "duration_s": trajectory.duration_s,
+            "injected_delay_s": trajectory.injected_delay_s,
             "error": clipped(trajectory.error, ERROR_CHARS)}
 
 

@@ -138,6 +138,8 @@ class Trajectory:
     info: dict[str, Any] = field(default_factory=dict)
     finished_at: float = 0.0
     duration_s: float = 0.0
+    #: of ``duration_s``, the waits the latency model injected (``rollout/latency.py``)
+    injected_delay_s: float = 0.0
     #: set on delivery: learner version minus ``behaviour_version``
     lag: int | None = None
     #: set on delivery: lag above max_staleness; still delivered so trackers see the evidence

@@ -109,6 +109,20 @@ class EnvConfig(Section):
     eval_tasks: StrictInt | None = Field(None, ge=1)
 
 
+class LatencyConfig(Section):
+    """Injected waits that produce the asynchronous regime on one machine (``rollout/latency.py``;
+    training episodes only, off by default)."""
+
+    #: median wait after each turn and at each episode's end, seconds
+    turn_s: Float = Field(0.0, ge=0.0)
+    episode_s: Float = Field(0.0, ge=0.0)
+    #: lognormal (``shape`` = sigma) or pareto (``shape`` = alpha, heavier when smaller)
+    tail: Literal["lognormal", "pareto"] = "lognormal"
+    shape: Float = Field(1.0, gt=0.0)
+    #: an episode that is not won waits this many times as long at its end
+    failure_factor: Float = Field(1.0, ge=0.0)
+
+
 class RolloutConfig(Section):
     concurrency: StrictInt = Field(32, ge=1)
     layout: Literal["per_step", "full_history"] = "per_step"
@@ -129,6 +143,7 @@ class RolloutConfig(Section):
     #: training stops (after a checkpoint) when this many episodes in a row end in an environment
     #: fault (env_error, env_timeout); null: train.batch_size
     max_env_faults_in_row: StrictInt | None = Field(None, ge=1)
+    latency: LatencyConfig = LatencyConfig()
 
     @field_validator("workers")
     @classmethod

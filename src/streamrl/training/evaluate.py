@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streamrl.envs import make
 from streamrl.policy.protocols import InferenceEngine, SamplingParams
 from streamrl.policy.tool_format import resolve_tool_format
-from streamrl.rollout import EpisodeRunner, EpisodeSettings, Trajectory
+from streamrl.rollout import EpisodeRunner, EpisodeSettings, LatencyModel, Trajectory
 from streamrl.rollout.play_tasks import run_episodes
 from streamrl.rollout.roles import action_parser, prompt_builder
 from streamrl.rollout.trajectory import format_problem_shares, turn_stats
@@ -87,6 +87,15 @@ def episode_settings(config: Config, temperature: float | None = None) -> Episod
         env_timeout_s=rollout.step_timeout_s,
         tools=config.env.tools,
     )
+
+
+def training_episode_settings(config: Config) -> EpisodeSettings:
+    """``episode_settings`` with the latency model of ``rollout.latency`` (training episodes only:
+    evaluation and warm starts play without injected waits)."""
+    latency = config.rollout.latency
+    model = LatencyModel(turn_s=latency.turn_s, episode_s=latency.episode_s, tail=latency.tail, shape=latency.shape,
+                         failure_factor=latency.failure_factor, seed=config.train.seed)
+    return replace(episode_settings(config), latency=model if model.active else None)
 
 
 def episode_runner(config: Config, engine: InferenceEngine, codec: Any, settings: EpisodeSettings) -> EpisodeRunner:

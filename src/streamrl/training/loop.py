@@ -28,7 +28,7 @@ from streamrl.training.assemble import make_learner
 from streamrl.training.backend_choice import rollout_backend
 from streamrl.training.config import Config
 from streamrl.training.errors import TrainingError, TrainingInterrupted
-from streamrl.training.evaluate import episode_runner, episode_settings, evaluate
+from streamrl.training.evaluate import episode_runner, episode_settings, evaluate, training_episode_settings
 from streamrl.training.progress import Progress, StallWatch
 from streamrl.training.report import write_report
 from streamrl.training.resources import check_resources
@@ -109,13 +109,14 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
         summary["eval_before"] = await evaluate_and_log("eval-v0")
         echo(f"eval before RL: success {summary['eval_before']['success']:.3f}")
 
+    episode = training_episode_settings(config)
     rollout = Rollout(
-        backend=rollout_backend(config, episode_settings(config), engine, policy, engine_threads),
+        backend=rollout_backend(config, episode, engine, policy, engine_threads),
         source=algorithm.prompt_source(pool),
         settings=RolloutSettings(
             mode=algorithm.rollout_mode, concurrency=config.rollout.concurrency, batch_size=config.train.batch_size,
             group_size=algorithm.group_size, max_staleness=config.rollout.max_staleness,
-            seed=config.train.seed, env_name=config.env.name, episode=episode_settings(config),
+            seed=config.train.seed, env_name=config.env.name, episode=episode,
             max_env_faults_in_row=config.rollout.max_env_faults_in_row,
         ),
         event_log=ws.events_path(state),
