@@ -79,7 +79,7 @@ def test_windows_leave_one_out_and_episodes_without_evidence():
     graded = baseline_accuracy(tasks=["a", "a", "a", "b"], versions=[0, 1, 9, 0], baselines=[0.5, 0.5, 0.5, 0.5],
                                outcomes=[1.0, 0.0, 1.0, 1.0], window=2)
     # a@0 is graded by a@1 (0.0), a@1 by a@0 (1.0); a@9 and b@0 have no neighbour
-    assert (graded.count, graded.ungraded) == (2, 2)
+    assert (graded.episodes, graded.ungraded) == (2, 2)
     assert graded.bias == pytest.approx(0.0) and graded.mean_abs == pytest.approx(0.5)
     assert math.isnan(baseline_accuracy(["a"], [0], [0.5], [1.0]).bias)
     with pytest.raises(ValueError, match="one entry per episode"):

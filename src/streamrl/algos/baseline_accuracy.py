@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 
 class BaselineAccuracy(NamedTuple):
-    count: int  # episodes graded
+    episodes: int  # episodes graded
     bias: float  # mean (baseline - p)
     mean_abs: float  # mean |baseline - p|
     rmse: float
@@ -68,7 +68,7 @@ def baseline_accuracy(
         return BaselineAccuracy(0, math.nan, math.nan, math.nan, n)
     count = len(errors)
     return BaselineAccuracy(
-        count=count,
+        episodes=count,
         bias=sum(errors) / count,
         mean_abs=sum(abs(e) for e in errors) / count,
         rmse=math.sqrt(sum(e * e for e in errors) / count),
