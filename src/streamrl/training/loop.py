@@ -175,7 +175,7 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
     summary.update(steps=run.step, trajectories=run.trajectories, wall_s=round(time.monotonic() - started, 1),
                    rl_s=round(rl_finished - rl_started, 1),
                    warnings=[stall.warning] if stall.warning else [])
-    summary["report"] = str(write_report(ws.root, config, summary))
+    summary["report"] = str(write_report(ws.root, config, summary, reward_range))
     ws.write_summary(summary)
     return summary
 

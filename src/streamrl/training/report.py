@@ -190,8 +190,9 @@ def summary_paragraph(config: Config, summary: dict[str, Any], evals: list[dict]
         parts.append("held-out success " + " -> ".join(shown) + f" ({evals[-1]['episodes']} episodes, 95% intervals)")
     for warning in summary.get("warnings") or []:
         parts.append(f"**warning**: {warning}")
-    if summary.get("crashes"):
-        parts.append(summary["crashes"])
+    for line in ("crashes", "baselines"):
+        if summary.get(line):
+            parts.append(summary[line])
     return ". ".join(parts) + "."
 
 
@@ -215,13 +216,47 @@ def crash_summary(events_path: Path) -> str | None:
     return line
 
 
-def write_report(root: Path, config: Config, summary: dict[str, Any] | None = None) -> Path:
+def baseline_summary(events_path: Path, reward_range: tuple[float, float], scale: float = 1.0,
+                     window: int = 2) -> str | None:
+    """How close the baselines frozen at dispatch (SPO++'s event-time memory) came to their tasks'
+    success rates, graded by the run's own evidence (``algos/baseline_accuracy.py``); None when the
+    run froze none. Outcomes are in the environment's ``reward_range``, baselines ``scale`` times it."""
+    from streamrl.algos.baseline_accuracy import baseline_accuracy
+    from streamrl.rollout import read_events
+
+    if not events_path.is_file():
+        return None
+    events = read_events(events_path)
+    frozen = {e["request_id"]: e for e in events if e.get("event") == "dispatch" and e.get("baseline") is not None}
+    graded = [(frozen[e["request_id"]], e) for e in events
+              if e.get("event") == "result" and e.get("outcome") is not None and e["request_id"] in frozen]
+    if not graded:
+        return None
+    low, high = reward_range
+
+    def unit(value: float) -> float:
+        return min(max((value - low) / (high - low), 0.0), 1.0)
+
+    accuracy = baseline_accuracy([d["prompt_id"] for d, _ in graded], [d["policy_version"] for d, _ in graded],
+                                 [unit(d["baseline"] / scale) for d, _ in graded], [unit(r["outcome"]) for _, r in graded],
+                                 window=window)
+    if not accuracy.episodes:
+        return None
+    return (f"frozen baselines against the run's own evidence (same task, snapshots within {window} versions): "
+            f"bias {accuracy.bias:+.3f}, mean |error| {accuracy.mean_abs:.3f} over {accuracy.episodes} episodes "
+            f"({accuracy.ungraded} without evidence)")
+
+
+def write_report(root: Path, config: Config, summary: dict[str, Any] | None = None,
+                 reward_range: tuple[float, float] = (0.0, 1.0)) -> Path:
+    """The run's report folder; ``reward_range``: the environment's (the baselines' diagnostic reads it)."""
     report = root / "report"
     report.mkdir(exist_ok=True)
     metrics = read_metrics(root / "metrics.jsonl")
     train = [r for r in metrics if r["kind"] == "train"]
     evals = [r for r in metrics if r["kind"] == "eval"]
-    summary = {**(summary or {}), "crashes": crash_summary(root / "events.jsonl")}
+    summary = {**(summary or {}), "crashes": crash_summary(root / "events.jsonl"),
+               "baselines": baseline_summary(root / "events.jsonl", reward_range, config.reward.scale)}
     model = summary.get("model") or {}
     title = f"{config.algo.name} on {config.env.name} ({model.get('spec', config.model.spec)})"
     plot_learning_curve(train, evals, report / "learning_curve.png", title)
