@@ -57,16 +57,22 @@ class DecodeLoop:
         prefill_token_budget: int = 8192,
         prefix_cache_tokens: int = 1 << 16,
         seed: int = 0,
+        int8: bool = False,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.model = model
         self.decoder, self.head = decoder_and_head(model)
         self._cache_arg = cache_argument(self.decoder)
-        self._fused = FusedDecoder.build(model)  # None: transformers' forward
-        # the fused forward's head when its weight is packed (float32 on CPU): logits go through it
-        fused = self._fused
-        self._packed_head = fused.head if fused is not None and fused.head.packed is not None else None
+        self._fused = FusedDecoder.build(model, int8=int8)  # None: transformers' forward
+        if int8 and self._fused is None:
+            raise ValueError("int8 rollouts need the engine's own forward, which covers Llama-family models "
+                             "(Llama, SmolLM2, Qwen2, Qwen3) only")
+        # the fused forward's head when it holds its own copy of the weight (packed float32 on CPU, or
+        # int8): logits go through it
+        head = self._fused.head if self._fused is not None else None
+        own_copy = head is not None and (head.packed is not None or head.quantised is not None)
+        self._packed_head = head if own_copy else None
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.vocab_size = self.head.weight.shape[0]
         self.max_positions = int(getattr(config, "max_position_embeddings", 1 << 30))

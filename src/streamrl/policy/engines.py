@@ -11,16 +11,26 @@ if TYPE_CHECKING:
     from streamrl.policy.policy import Policy
 
 ENGINES = ("hf", "vllm")
+#: the weights the engine generates with: the policy's own dtype, a bfloat16 copy, or int8 projections
+ROLLOUT_DTYPES = ("same", "bfloat16", "int8")
 
 
 def make_engine(
-    kind: str, policy: Policy, *, version: int = 0, seed: int = 0, threads: int | None = None
+    kind: str, policy: Policy, *, version: int = 0, seed: int = 0, threads: int | None = None,
+    rollout_dtype: str = "same",
 ) -> InferenceEngine:
-    """An engine over a copy of ``policy``'s weights at ``version`` (``threads``: HF engine only)."""
+    """An engine over a copy of ``policy``'s weights at ``version`` (``threads``: HF engine only);
+    ``rollout_dtype``: ``same`` as the policy, ``bfloat16`` or ``int8`` (HF engine only)."""
+    if rollout_dtype not in ROLLOUT_DTYPES:
+        raise ValueError(f"model.rollout_dtype must be one of {', '.join(ROLLOUT_DTYPES)}, got {rollout_dtype!r}")
     if kind == "hf":
         from streamrl.policy.hf_engine import HFEngine
 
-        return HFEngine.from_policy(policy, version=version, seed=seed, threads=threads)
+        dtype = "bfloat16" if rollout_dtype == "bfloat16" else None
+        return HFEngine.from_policy(policy, dtype=dtype, version=version, seed=seed, threads=threads,
+                                    int8=rollout_dtype == "int8")
+    if rollout_dtype != "same":
+        raise ValueError(f"model.rollout_dtype={rollout_dtype} is the hf engine's (vLLM quantises through its own options)")
     if kind == "vllm":
         from streamrl.policy.vllm_engine import VLLMEngine
 

@@ -72,6 +72,9 @@ class HFEngine:
             ~1.5x slower when the main thread also has a 2-thread pool, and several times slower
             under CPU contention. With a learner training in the same process, give each side 1
             thread; for generation alone, keep the main thread at 1 thread and the engine at 2.
+        int8: quantised rollouts: every projection multiplies by an int8 copy of its weight, made
+            again at each ``update_weights`` (``fused_forward.int8_linear``); behaviour log-probs
+            are the quantised policy's, so the learner's importance weights correct the mismatch.
     """
 
     def __init__(
@@ -86,6 +89,7 @@ class HFEngine:
         version: int = 0,
         seed: int = 0,
         threads: int | None = None,
+        int8: bool = False,
     ):
         if threads is not None and threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
@@ -104,6 +108,7 @@ class HFEngine:
             prefill_token_budget=prefill_token_budget,
             prefix_cache_tokens=prefix_cache_tokens,
             seed=seed,
+            int8=int8,
         )
         self._decode_loop.version = version
         self._version = version

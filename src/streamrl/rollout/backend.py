@@ -103,6 +103,8 @@ class WorkerSpec:
     tool_format: str = "auto"
     #: "hf" or "vllm" (``streamrl.policy.engines.make_engine``)
     engine: str = "hf"
+    #: the engine's copy of the weights (``make_engine``'s ``rollout_dtype``)
+    rollout_dtype: str = "same"
     #: torch threads of a worker's engine
     engine_threads: int | None = 1
     #: Ray CPUs and GPUs each worker reserves (Ray shows a worker only the GPUs it reserved;

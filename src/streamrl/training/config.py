@@ -64,6 +64,10 @@ class ModelConfig(Section):
     gradient_checkpointing: StrictBool = False
     #: the generation engine: "hf" (transformers, CPU or GPU) or "vllm" (GPU; the ``vllm`` extra)
     engine: Literal["hf", "vllm"] = "hf"
+    #: the engine's copy of the weights: "same" as the policy, "bfloat16", or "int8" (every projection
+    #: through an int8 copy, made again at each published version; hf engine, Llama-family models).
+    #: The learner keeps its weights and importance-corrects the mismatch (docs/results/speed.md)
+    rollout_dtype: Literal["same", "bfloat16", "int8"] = "same"
     #: how the model writes tool calls (env.tools): "auto" reads it off the chat template (and says
     #: what it picked), or one of streamrl.policy.tool_format.FORMATS (hermes, qwen3, llama3_json)
     tool_format: str = "auto"
@@ -89,6 +93,13 @@ class ModelConfig(Section):
         device = info.data.get("device", "cpu")
         if value == "vllm" and not device.startswith("cuda"):
             raise ValueError(f"'vllm' runs on a GPU: set model.device=cuda (model.device is {device!r})")
+        return value
+
+    @field_validator("rollout_dtype")
+    @classmethod
+    def _int8_on_the_hf_engine_on_cpu(cls, value: str, info: ValidationInfo) -> str:
+        if value == "int8" and (info.data.get("engine") != "hf" or not str(info.data.get("device", "cpu")).startswith("cpu")):
+            raise ValueError("int8 rollouts run on the hf engine on a CPU (torch's fbgemm int8 kernels)")
         return value
 
 

@@ -88,7 +88,8 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
     algorithm = learner.algorithm
     run = RunState.initial() if state is None else ws.load_learner(state, learner)
     torch.set_num_threads(learner_threads)
-    engine = make_engine(config.model.engine, policy, version=run.version, seed=config.train.seed, threads=engine_threads)
+    engine = make_engine(config.model.engine, policy, version=run.version, seed=config.train.seed, threads=engine_threads,
+                         rollout_dtype=config.model.rollout_dtype)
 
     if state is None and algorithm.warm_start is not None:  # a fresh run: initialised by the initial policy
         note = await algorithm.warm_start(pool, functools.partial(play_episodes, config, engine, policy))
