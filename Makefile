@@ -28,6 +28,7 @@ test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
 bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[bench]'
 	for b in benchmarks/*.py; do $(PY) $$b --quick || exit 1; done
 
 clean-venv:
