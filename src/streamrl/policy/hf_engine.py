@@ -72,9 +72,10 @@ class HFEngine:
             ~1.5x slower when the main thread also has a 2-thread pool, and several times slower
             under CPU contention. With a learner training in the same process, give each side 1
             thread; for generation alone, keep the main thread at 1 thread and the engine at 2.
-        int8: quantised rollouts: every projection multiplies by an int8 copy of its weight, made
-            again at each ``update_weights`` (``fused_forward.int8_linear``); behaviour log-probs
-            are the quantised policy's, so the learner's importance weights correct the mismatch.
+        int8: quantised rollouts: the projections (all but the MLP's down projection) multiply by int8
+            copies of their weights, made again at each ``update_weights`` (``fused_forward.int8_linear``);
+            behaviour log-probs are the quantised policy's, so the learner's importance weights
+            correct the mismatch.
     """
 
     def __init__(
