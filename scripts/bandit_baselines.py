@@ -1,9 +1,13 @@
 """The synthetic-bandit table of docs/results/baseline_accuracy.md: tests/algos/test_baseline_accuracy.py's
 bandit over ten seeds, graded by the truth and by the run's own evidence. Run from the repository root."""
-import statistics, sys
+import statistics
+import sys
+
 sys.path.insert(0, "tests/algos"); sys.path.insert(0, "src")
 from test_baseline_accuracy import _bandit
+
 from streamrl.algos.baseline_accuracy import baseline_accuracy
+
 for late in (False, True):
     for memory in ("event_time", "receipt"):
         rows = []
