@@ -88,3 +88,7 @@ def test_a_time_limit_stops_training_after_the_step_that_reaches_it(tmp_path, ca
     assert "eval_after" in summary and summary["rl_s"] > 0
     assert latest_valid(tmp_path / "run" / "checkpoints") is not None
     assert "time limit: 0.0001 min of RL reached after step 1" in capsys.readouterr().out
+    # the clock is part of the checkpoint: a resume does not get a new hour
+    assert _train(tmp_path / "run", "train.steps=6", "train.time_limit_minutes=0.0001", flags=("--resume",)) == 0
+    resumed = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert resumed["steps"] == 1 and resumed["stopped_by"] == "time_limit" and resumed["rl_s"] > 0  # no new step

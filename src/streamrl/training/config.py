@@ -193,8 +193,9 @@ class OptimConfig(Section):
 
 class TrainConfig(Section):
     steps: StrictInt = Field(50, ge=0)
-    #: stop after the step that reaches this many minutes of RL in this process (rollout and
-    #: learning, evaluations excluded), as if ``steps`` had been reached; null: no limit
+    #: stop after the step that reaches this many minutes of RL (rollout and learning since the run
+    #: began, the first and last evaluations excluded; a resumed run's clock goes on from its
+    #: checkpoint), as if ``steps`` had been reached; null: no limit
     time_limit_minutes: Float | None = Field(None, gt=0.0)
     #: trajectories per learner step
     batch_size: StrictInt = Field(32, ge=1)

@@ -125,7 +125,8 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
     if state is not None:
         rollout.load_state_dict(state.rollout)
     progress = Progress(config.train.steps, run.step, enabled=config.logging.progress, echo=echo)
-    rl_started, limit = time.monotonic(), config.train.time_limit_minutes
+    # RL time runs on from the checkpoint a resumed run starts at (what a killed process did after it is redone)
+    rl_started, limit = time.monotonic() - run.rl_s, config.train.time_limit_minutes
     try:
         async with rollout, GracefulStop() as stop:
             while run.step < config.train.steps:
@@ -141,7 +142,7 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
                     raise
                 require_outcomes(batch, run.step + 1)
                 metrics = await asyncio.to_thread(_with_threads, learner_threads, learner.step, batch)
-                run.advance(batch)
+                run.advance(batch, rl_s=time.monotonic() - rl_started)
                 engine.update_weights(policy.state_dict_for_engine(), run.version)
                 rollout.publish(run.version)
                 metrics.update(run.metrics(), **_rollout_metrics(rollout.stats()))

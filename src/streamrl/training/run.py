@@ -46,6 +46,8 @@ class RunState:
     #: learner steps done: the run's one step count
     step: int = 0
     trajectories: int = 0
+    #: seconds of RL (evaluations excluded) up to the end of step ``step``, across resumes
+    rl_s: float = 0.0
 
     @classmethod
     def initial(cls) -> RunState:
@@ -56,9 +58,10 @@ class RunState:
         """The policy version the learner last published: each step publishes one."""
         return self.step
 
-    def advance(self, batch: list[Trajectory]) -> None:
+    def advance(self, batch: list[Trajectory], rl_s: float) -> None:
         self.step += 1
         self.trajectories += len(batch)
+        self.rl_s = rl_s
 
     def metrics(self) -> dict[str, float]:
         return {"policy_version": float(self.version), "trajectories_consumed": float(self.trajectories)}
@@ -83,7 +86,8 @@ class ResumeState:
 
     @classmethod
     def from_checkpoint(cls, path: Path, state: dict[str, Any]) -> ResumeState:
-        run = RunState(step=int(state["run"]["step"]), trajectories=int(state["run"]["trajectories"]))
+        saved = state["run"]  # rl_s: absent from checkpoints written before it was kept
+        run = RunState(step=int(saved["step"]), trajectories=int(saved["trajectories"]), rl_s=float(saved.get("rl_s", 0.0)))
         return cls(path=path, run=run, learner=state["learner"], rollout=state["rollout"],
                    metrics_offset=int(state["metrics_offset"]), events_offset=int(state["events_offset"]),
                    samples_offset=state.get("samples_offset"))
@@ -354,7 +358,7 @@ class Workspace:
     def save(self, run: RunState, policy: Any, learner: Any, rollout: Any, logger: MetricsLogger) -> None:
         """Checkpoint everything at one instant (no await between the reads below)."""
         state = {
-            "run": {"step": run.step, "version": run.version, "trajectories": run.trajectories},
+            "run": {"step": run.step, "version": run.version, "trajectories": run.trajectories, "rl_s": run.rl_s},
             "learner": learner.state_dict(),
             "rollout": rollout.state_dict(),
             "metrics_offset": logger.offset(),
