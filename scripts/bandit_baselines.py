@@ -3,7 +3,7 @@ bandit over ten seeds, graded by the truth and by the run's own evidence. Run fr
 import statistics
 import sys
 
-sys.path.insert(0, "tests/algos"); sys.path.insert(0, "src")
+sys.path[:0] = ["tests/algos", "src"]
 from test_baseline_accuracy import _bandit
 
 from streamrl.algos.baseline_accuracy import baseline_accuracy
@@ -16,7 +16,7 @@ for late in (False, True):
             truth = baseline_accuracy(**episodes, truth=lambda k, v: p[k])
             est = baseline_accuracy(**episodes)
             rows.append((truth.bias, truth.mean_abs, est.bias))
-        b = [r[0] for r in rows]; a = [r[1] for r in rows]; e = [r[2] for r in rows]
+        b, a, e = zip(*rows)
         se = statistics.stdev(b) / len(b) ** 0.5
         print(f"| {'failures 6 snapshots late' if late else 'order independent of outcome'} | {memory} | "
               f"{statistics.mean(b):+.3f} ± {1.96*se:.3f} | {statistics.mean(a):.3f} | {statistics.mean(e):+.3f} |")

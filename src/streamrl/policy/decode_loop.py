@@ -71,8 +71,7 @@ class DecodeLoop:
         # the fused forward's head when it holds its own copy of the weight (packed float32 on CPU, or
         # int8): logits go through it
         head = self._fused.head if self._fused is not None else None
-        own_copy = head is not None and (head.packed is not None or head.quantised is not None)
-        self._packed_head = head if own_copy else None
+        self._packed_head = head if head is not None and head.own_copy else None
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.vocab_size = self.head.weight.shape[0]
         self.max_positions = int(getattr(config, "max_position_embeddings", 1 << 30))

@@ -92,7 +92,7 @@ def int8_linear(weight: torch.Tensor, bias: torch.Tensor | None) -> Any:
 
 
 #: without VNNI, fbgemm's int8 products can saturate unless activations keep to 7 bits
-REDUCE_RANGE = "avx512_vnni" not in cpu_flags() and "avx_vnni" not in cpu_flags()
+REDUCE_RANGE = not {"avx512_vnni", "avx_vnni"} & cpu_flags()
 
 
 def _can_pack(weight: torch.Tensor) -> bool:
@@ -126,6 +126,11 @@ class Projection:
             self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach().contiguous(), PACKING_ROWS)
         except (RuntimeError, AttributeError):  # a torch build without the op: F.linear
             self.packed = None
+
+    @property
+    def own_copy(self) -> bool:
+        """Whether this projection multiplies by a copy of its own (packed or int8), not ``weight``."""
+        return self.packed is not None or self.quantised is not None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.quantised is not None:

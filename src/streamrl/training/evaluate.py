@@ -92,9 +92,7 @@ def episode_settings(config: Config, temperature: float | None = None) -> Episod
 def training_episode_settings(config: Config) -> EpisodeSettings:
     """``episode_settings`` with the latency model of ``rollout.latency`` (training episodes only:
     evaluation and warm starts play without injected waits)."""
-    latency = config.rollout.latency
-    model = LatencyModel(turn_s=latency.turn_s, episode_s=latency.episode_s, tail=latency.tail, shape=latency.shape,
-                         failure_factor=latency.failure_factor, seed=config.train.seed)
+    model = LatencyModel(**config.rollout.latency.model_dump(), seed=config.train.seed)
     return replace(episode_settings(config), latency=model if model.active else None)
 
 
