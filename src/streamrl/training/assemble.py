@@ -31,16 +31,21 @@ def update_config(config: Config) -> UpdateConfig:
     )
 
 
-def make_learner(
-    config: Config, policy: Policy, reference: Any | None = None, reward_range: tuple[float, float] = (0.0, 1.0)
-) -> Learner:
-    """``reward_range``: the environment's, before ``reward.scale``."""
+def algorithm_setup(config: Config, policy: Policy, reward_range: tuple[float, float] = (0.0, 1.0)) -> Setup:
+    """What an algorithm is built from; ``reward_range``: the environment's, before ``reward.scale``."""
     scale = config.reward.scale
-    setup = Setup(
+    return Setup(
         policy=policy,
         reward=config.reward,
         reward_range=(reward_range[0] * scale, reward_range[1] * scale),
         optim=config.optim,
         gradient_checkpointing=config.model.gradient_checkpointing,
     )
-    return Learner(make_algorithm(config.algo, setup), update_config(config), policy, reference)
+
+
+def make_learner(
+    config: Config, policy: Policy, reference: Any | None = None, reward_range: tuple[float, float] = (0.0, 1.0)
+) -> Learner:
+    """``reward_range``: the environment's, before ``reward.scale``."""
+    algorithm = make_algorithm(config.algo, algorithm_setup(config, policy, reward_range))
+    return Learner(algorithm, update_config(config), policy, reference)

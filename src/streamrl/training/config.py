@@ -186,6 +186,8 @@ class OptimConfig(Section):
     lr: Float = Field(1e-6, gt=0.0, le=MAX_LR)
     weight_decay: Float = Field(0.0, ge=0.0)
     betas: tuple[Float, Float] = (0.9, 0.999)
+    #: AdamW's epsilon (the actor's and PPO's critic's)
+    eps: Float = Field(1e-8, gt=0.0)
     grad_clip: Float = Field(1.0, gt=0.0)
     #: sequences per forward/backward; losses use global denominators across micro-batches
     micro_batch_size: StrictInt = Field(8, ge=1)
@@ -207,6 +209,9 @@ class TrainConfig(Section):
     keep_checkpoints: StrictInt = Field(2, ge=1)
     #: learner micro-batch and reference-model switch
     reference_model: StrictBool = False
+    #: processes the learner runs in, its transformer blocks sharded over them with FSDP2 and the
+    #: micro-batches shared (training/data_parallel.py); 1: the training process alone
+    learner_processes: StrictInt = Field(1, ge=1)
 
 
 class SFTConfig(Section):

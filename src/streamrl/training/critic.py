@@ -67,6 +67,7 @@ class CriticUpdater:
         lr: float,
         betas: tuple[float, float] = (0.9, 0.999),
         weight_decay: float = 0.0,
+        eps: float = 1e-8,
         grad_clip: float = 1.0,
         micro_batch_size: int = 8,
         epochs: int = 1,
@@ -76,7 +77,7 @@ class CriticUpdater:
         self.model = Critic(policy)
         if gradient_checkpointing:
             enable_gradient_checkpointing(self.model.decoder)
-        self.optimizer = adamw(self.model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
+        self.optimizer = adamw(self.model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay, eps=eps)
         self.grad_clip = grad_clip
         self.micro_batch_size = micro_batch_size
         self.epochs = epochs

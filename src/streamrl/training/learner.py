@@ -36,7 +36,9 @@ from streamrl.training.batch import (
     split_rows,
 )
 from streamrl.training.config import OptimConfig, RewardConfig
-from streamrl.training.optim import adamw, check_finite_loss, clip_and_step, load_optimizer_state
+from streamrl.training.data_parallel import Ranks
+from streamrl.training.errors import NonFiniteError
+from streamrl.training.optim import adamw, load_optimizer_state
 
 if TYPE_CHECKING:
     from streamrl.policy.policy import Policy
@@ -74,8 +76,11 @@ class _Probe:
 class Learner:
     """Trains ``policy`` with ``algorithm``; ``step(trajectories)`` is one learner step."""
 
-    def __init__(self, algorithm: Algorithm, settings: UpdateConfig, policy: Policy, reference: Any | None = None):
+    def __init__(self, algorithm: Algorithm, settings: UpdateConfig, policy: Policy, reference: Any | None = None,
+                 ranks: Ranks = Ranks()):
         self.algorithm = algorithm
+        #: this process among the learner processes (``train/data_parallel.py``; default: alone)
+        self.ranks = ranks
         self.settings = settings
         self.policy = policy
         self.reference = reference
@@ -84,7 +89,8 @@ class Learner:
             enable_gradient_checkpointing(self.model)
         policy.limit_training(top_layers=settings.train_top_layers, value_rows=algorithm.reads_values)
         optim = settings.optim
-        self.optimizer = adamw(policy.trainable_parameters(), lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay)
+        self.optimizer = adamw(policy.trainable_parameters(), lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay,
+                               eps=optim.eps)
         #: trained beside the actor (PPO's), or None
         self.critic = algorithm.critic
         self.steps_done = 0
@@ -106,7 +112,7 @@ class Learner:
         return {"optimizer": self.optimizer.state_dict(), **(self.critic.state_dict() if self.critic else {})}
 
     def load_tensor_state(self, state: dict[str, Any]) -> None:
-        load_optimizer_state(self.optimizer, state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"], self.model)
         if self.critic is not None:
             self.critic.load_state_dict(state)
 
@@ -193,44 +199,45 @@ class Learner:
         if not policy_active and auxiliary_loss is None and not loss_config.kl_coef:
             return {"actor_skipped": 1.0}, None
 
-        self.model.train()
+        ranks = self.ranks
         weighted: dict[str, float] = {}  # token-weighted means (PPO diagnostics)
         shares: dict[str, float] = {}  # global-denominator shares: their sum is the mini-batch value
-        ratio_max, grad_norms, probe = 1.0, [], None
+        ratio_max, grad_norms = 1.0, []
         norm_length = self._norm_length(batch)
-        generator = torch.Generator().manual_seed(self.settings.seed * 100_003 + self.steps_done)
-        for _ in range(loss_config.epochs):
-            order = list(range(batch.num_rows))
-            if loss_config.mini_batches > 1:
-                order = torch.randperm(batch.num_rows, generator=generator).tolist()
-            for mini in split_rows(order, loss_config.mini_batches):
+        plan = self._plan(batch)
+        probe = None
+        if self.algorithm.measures_drift:  # the first micro-batch, scored before the update (on every rank)
+            tensors = micro_batch(batch, plan[0][0][1][0]).tensors
+            with torch.no_grad():
+                probe = _Probe(tensors, self._forward_rows(tensors).logprobs)
+        self.model.train()
+        for epoch in plan:
+            for mini, micro_rows in epoch:
                 counts = mini_batch_counts(batch, mini, loss_mask)
-                for rows in micro_batches(batch, mini, optim.micro_batch_size):
+                for rows, live in ranks.share(micro_rows):
                     micro = micro_batch(batch, rows)
                     out = self._forward(micro)
                     logp = out.logprobs
                     mask = _cut(loss_mask, rows, logp).bool()
                     old_logp = logp.detach() if old is None else _cut(old.logprobs, rows, logp)
-                    if probe is None and self.algorithm.measures_drift:
-                        probe = _Probe(micro.tensors, logp.detach())
                     # how far the trainer's policy has moved from the one that generated the tokens
                     # (staleness plus engine/trainer numerics): KL(pi_rollout || pi_old), k3
                     behaviour_kl = kl_estimate(micro.tensors["rollout_logprobs"], old_logp, "k3")
-                    weighted["behaviour_kl"] = weighted.get("behaviour_kl", 0.0) + float(behaviour_kl[mask].sum())
+                    pass_weighted = {"behaviour_kl": float(behaviour_kl[mask].sum())}
                     tis = None
                     if loss_config.tis_cap is not None:
                         tis = tis_weights(old_logp, micro.tensors["rollout_logprobs"], loss_config.tis_cap)
-                        weighted["tis_weight"] = weighted.get("tis_weight", 0.0) + float(tis[mask].sum())
+                        pass_weighted["tis_weight"] = float(tis[mask].sum())
                     loss, stats = ppo_policy_loss(
                         logp, old_logp, _cut(token_adv, rows, logp), mask,
                         clip_low=loss_config.clip_low, clip_high=loss_config.clip_high, dual_clip=loss_config.dual_clip,
                         agg=loss_config.agg, tis_weights=tis, norm_length=norm_length,
                         global_tokens=counts.tokens, global_seqs=counts.rows,
                     )
-                    ratio_max = max(ratio_max, stats.pop("ratio_max"))
+                    pass_ratio_max = stats.pop("ratio_max")
                     tokens = stats.pop("tokens")
                     for key, value in stats.items():  # per-call means -> token-weighted sums
-                        weighted[key] = weighted.get(key, 0.0) + value * tokens
+                        pass_weighted[key] = value * tokens
                     share = {"policy_loss": float(loss.detach())}
                     if ref is not None:
                         kl = aggregate(kl_estimate(logp, _cut(ref, rows, logp), loss_config.kl_estimator), mask, global_tokens=counts.tokens)
@@ -246,20 +253,42 @@ class Learner:
                         loss = loss + auxiliary.loss
                         share.update(auxiliary.terms)
                     share["loss"] = float(loss.detach())
-                    check_finite_loss(self.steps_done + 1, share)
-                    loss.backward()
-                    for key, value in share.items():
-                        shares[key] = shares.get(key, 0.0) + value
-                grad_norms.append(clip_and_step(
+                    bad = ranks.all_finite(share if live else {})
+                    if bad:
+                        raise NonFiniteError(f"step {self.steps_done + 1}: non-finite loss ({', '.join(bad)}); "
+                                             "training stopped before the update")
+                    (loss * ranks.loss_weight(live)).backward()
+                    if live:
+                        ratio_max = max(ratio_max, pass_ratio_max)
+                        for key, value in pass_weighted.items():
+                            weighted[key] = weighted.get(key, 0.0) + value
+                        for key, value in share.items():
+                            shares[key] = shares.get(key, 0.0) + value
+                grad_norms.append(ranks.clip_and_step(
                     self.policy.trainable_parameters(), self.optimizer, optim.grad_clip,
                     step=self.steps_done + 1, model=self.model,
                 ))
+        weighted, shares, ratio_max = ranks.sum(weighted), ranks.sum(shares), ranks.max(ratio_max)
         self.model.eval()
         total_tokens = max(float(loss_mask.sum()) * loss_config.epochs, 1.0)
         metrics = {key: value / total_tokens for key, value in weighted.items()}
         metrics.update({key: value / len(grad_norms) for key, value in shares.items()})
         metrics.update(grad_norm=sum(grad_norms) / len(grad_norms), ratio_max=ratio_max, optimizer_steps=float(len(grad_norms)))
         return metrics, probe
+
+    def _plan(self, batch: Batch) -> list[list[tuple[list[int], list[list[int]]]]]:
+        """The update's passes: per epoch, its mini-batches (rows, and those rows cut into
+        micro-batches), shuffled by a generator seeded with the run's seed and the step."""
+        loss_config = self.settings.loss
+        generator = torch.Generator().manual_seed(self.settings.seed * 100_003 + self.steps_done)
+        plan = []
+        for _ in range(loss_config.epochs):
+            order = list(range(batch.num_rows))
+            if loss_config.mini_batches > 1:
+                order = torch.randperm(batch.num_rows, generator=generator).tolist()
+            plan.append([(mini, list(micro_batches(batch, mini, self.settings.optim.micro_batch_size)))
+                         for mini in split_rows(order, loss_config.mini_batches)])
+        return plan
 
     def _norm_length(self, batch: Batch) -> int:
         """Dr.GRPO's constant L_norm: the configured one, else the longest response a row can hold."""

@@ -27,8 +27,10 @@ from streamrl.training.allocator import keep_freed_memory
 from streamrl.training.assemble import make_learner
 from streamrl.training.backend_choice import rollout_backend
 from streamrl.training.config import Config
+from streamrl.training.data_parallel import DataParallelLearner
 from streamrl.training.errors import TrainingError, TrainingInterrupted
 from streamrl.training.evaluate import episode_runner, episode_settings, evaluate, training_episode_settings
+from streamrl.training.learner import Learner
 from streamrl.training.progress import Progress, StallWatch
 from streamrl.training.report import write_report
 from streamrl.training.resources import check_resources
@@ -84,9 +86,9 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
         policy.save(ws.root / "sft_model")
 
     pool, reward_range = training_tasks(config)
-    learner = make_learner(config, policy, ws.reference(config, policy, state), reward_range)
-    algorithm = learner.algorithm
-    run = RunState.initial() if state is None else ws.load_learner(state, learner)
+    local = make_learner(config, policy, ws.reference(config, policy, state), reward_range)
+    algorithm = local.algorithm
+    run = RunState.initial() if state is None else ws.load_learner(state, local)
     torch.set_num_threads(learner_threads)
     engine = make_engine(config.model.engine, policy, version=run.version, seed=config.train.seed, threads=engine_threads,
                          rollout_dtype=config.model.rollout_dtype)
@@ -110,6 +112,10 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
         summary["eval_before"] = await evaluate_and_log("eval-v0")
         echo(f"eval before RL: success {summary['eval_before']['success']:.3f}")
 
+    learner: Learner | DataParallelLearner = local
+    if config.train.learner_processes > 1:  # from here on the learner's work is spread over processes
+        learner = DataParallelLearner(local, config, state, reward_range, config.train.learner_processes,
+                                      learner_threads, str(ws.root))
     episode = training_episode_settings(config)
     rollout = Rollout(
         backend=rollout_backend(config, episode, engine, policy, engine_threads),
@@ -170,6 +176,8 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
             summary["eval_after"] = await evaluate_and_log(f"eval-v{run.version}-final")
     finally:
         progress.close()
+        if isinstance(learner, DataParallelLearner):
+            learner.close()
         await engine.close()
         logger.close()
         samples.close()

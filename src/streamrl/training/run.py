@@ -93,6 +93,16 @@ class ResumeState:
                    samples_offset=state.get("samples_offset"))
 
 
+#: the frozen policy a KL penalty measures against, inside the run folder
+REFERENCE_FOLDER = "reference_model"
+
+
+def load_reference(root: Path, config: Config) -> Any:
+    """The run's reference policy (``Workspace.reference`` wrote it when the run began)."""
+    policy = load_policy(root / REFERENCE_FOLDER, dtype=config.model.dtype, device=config.model.device)
+    return SimpleNamespace(model=policy.inference_model())
+
+
 def load_run_policy(config: Config, state: ResumeState | None) -> Any:
     model = config.model
     if state is not None:
@@ -339,11 +349,11 @@ class Workspace:
         """A frozen copy of the policy as RL starts (kept on disk so a resume uses the same one)."""
         if not (config.train.reference_model or config.algo.kl_coef > 0):
             return None
-        folder = self.root / "reference_model"
+        folder = self.root / REFERENCE_FOLDER
         if state is None:
             policy.save(folder)
             return SimpleNamespace(model=policy.inference_model())
-        return SimpleNamespace(model=load_policy(folder, dtype=config.model.dtype, device=config.model.device).inference_model())
+        return load_reference(self.root, config)
 
     def load_learner(self, state: ResumeState, learner: Any) -> RunState:
         learner.load_state_dict(state.learner)

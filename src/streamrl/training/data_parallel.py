@@ -1,0 +1,391 @@
+"""The learner in N processes (``train.learner_processes``): data-parallel over micro-batches, the
+policy's transformer blocks sharded with FSDP2 (``fully_shard``), gloo on CPU, NCCL on GPUs.
+
+Why streamrl starts the processes itself (not ``torchrun``): a run has one controller (rollout,
+engine, event log, checkpoints) and ``torchrun`` would start N of them. The training process is
+rank 0; it spawns ranks 1..N-1, which only learn. Each step rank 0 sends them the batch's
+trajectories and every rank runs the same ``Learner.step`` on them: the algorithm's state
+(trackers, the prior, PPO's replicated critic) is a function of the batches, so it stays identical
+on every rank without being sent, and each rank forwards and backpropagates only its share of the
+micro-batches (``Ranks.share``). The loss normalisation is the single-process one: every rank
+holds the whole batch, so the global token and row counts are computed before the batch is split.
+
+Rank 0 keeps its own unsharded policy, which the engines, evaluations and checkpoints read; after
+each step the trained parameters are gathered into it one at a time (LoRA: only the adapters),
+so no rank holds a second full copy. Checkpoints are gathered too (the optimiser state by
+parameter name), so ``--resume`` works with any number of learner processes.
+
+Parameters outside the transformer blocks (embeddings, final norm, an untied head) stay
+replicated: a tied embedding is called apart from the decoder by the scorer, which one FSDP unit
+cannot span. Their gradients are averaged by an all-reduce.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import os
+import queue
+import signal
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import torch
+
+from streamrl.training.errors import TrainingError
+from streamrl.training.optim import check_finite_parameters, check_finite_value, clip_and_step
+
+if TYPE_CHECKING:
+    from streamrl.policy.policy import Policy
+    from streamrl.training.config import Config
+    from streamrl.training.learner import Learner
+
+T = TypeVar("T")
+
+#: how long a collective waits for a peer that neither answers nor dies
+COLLECTIVE_TIMEOUT = timedelta(minutes=30)
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place among the learner processes; every collective the learner needs.
+    The default (one process) makes each of them the identity."""
+
+    rank: int = 0
+    world: int = 1
+
+    def share(self, items: list[T]) -> list[tuple[T, bool]]:
+        """This rank's items, round robin, each with ``live``. Every rank gets the same number
+        (FSDP's collectives pair the ranks' passes one to one): a rank short of items repeats the
+        first with ``live=False``, a pass whose loss counts 0."""
+        if self.world == 1:
+            return [(item, True) for item in items]
+        passes = -(-len(items) // self.world)
+        picks = (self.rank + k * self.world for k in range(passes))
+        return [(items[i], True) if i < len(items) else (items[0], False) for i in picks]
+
+    def loss_weight(self, live: bool) -> float:
+        """What a pass's loss is multiplied by before ``backward``: FSDP averages the ranks'
+        gradients, and the losses are shares of one global sum."""
+        return float(self.world) if live else 0.0
+
+    def sum(self, values: dict[str, float]) -> dict[str, float]:
+        """Key-wise sums over the ranks (a key may be missing on a rank with no live pass)."""
+        if self.world == 1:
+            return values
+        gathered: list[Any] = [None] * self.world
+        torch.distributed.all_gather_object(gathered, values)
+        total: dict[str, float] = {}
+        for part in gathered:
+            for key, value in part.items():
+                total[key] = total.get(key, 0.0) + value
+        return total
+
+    def max(self, value: float) -> float:
+        if self.world == 1:
+            return value
+        tensor = torch.tensor([value], dtype=torch.float64)
+        torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
+        return float(tensor)
+
+    def all_finite(self, share: dict[str, float]) -> list[str]:
+        """The names of the non-finite loss terms of this pass, or ``["on another learner
+        process"]`` when only another rank's are (every rank then stops at the same pass)."""
+        bad = [f"{key}={value}" for key, value in share.items() if not math.isfinite(value)]
+        if self.world == 1:
+            return bad
+        flag = torch.tensor([1.0 if bad else 0.0])
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return bad or (["on another learner process"] if float(flag) else [])
+
+    def clip_and_step(self, parameters: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer, grad_clip: float,
+                      *, step: int, model: Any) -> float:
+        """``optim.clip_and_step`` over sharded and replicated parameters: the replicated ones'
+        gradients averaged first, the norm taken over the whole (gathered) gradient."""
+        if self.world == 1:
+            return clip_and_step(parameters, optimizer, grad_clip, step=step, model=model)
+        from torch.distributed.tensor import DTensor
+
+        grads = [p.grad for p in parameters if p.grad is not None]
+        sharded = torch.zeros((), dtype=torch.float64)
+        replicated = torch.zeros((), dtype=torch.float64)
+        for grad in grads:
+            if isinstance(grad, DTensor):
+                sharded += grad.to_local().double().pow(2).sum()
+            else:
+                torch.distributed.all_reduce(grad)
+                grad.div_(self.world)
+                replicated += grad.double().pow(2).sum()
+        torch.distributed.all_reduce(sharded)
+        norm = float((sharded + replicated).sqrt())
+        check_finite_value(step, "gradient norm", norm)
+        coefficient = grad_clip / (norm + 1e-6)  # torch's clip_grad_norm_ rule
+        if coefficient < 1.0:
+            for grad in grads:
+                grad.mul_(coefficient)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        check_finite_parameters(step, model)
+        return norm
+
+
+# -- sharding -------------------------------------------------------------------------------------
+
+
+def shard_blocks(model: Any, world: int, device: str) -> None:
+    """``fully_shard`` every transformer block of ``model`` over ``world`` ranks (in place)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from streamrl.policy.modeling import decoder_and_head
+
+    decoder, _ = decoder_and_head(model)
+    mesh = init_device_mesh("cuda" if device.startswith("cuda") else "cpu", (world,))
+    for block in decoder.layers:  # each block is its own FSDP root: keep it sharded after no-grad passes too
+        fully_shard(block, mesh=mesh, reshard_after_forward=True)
+
+
+def sharded_learner(config: Config, canonical: Policy, algorithm: Any, ranks: Ranks, reference: Any = None) -> Learner:
+    """A ``Learner`` over a sharded copy of ``canonical``'s model, sharing ``algorithm`` (and
+    ``reference``, a frozen model every rank holds whole)."""
+    from streamrl.training.assemble import update_config
+    from streamrl.training.learner import Learner
+
+    policy = copy.copy(canonical)  # the same tokenizer, ids and trained-parameter names
+    policy.model = copy.deepcopy(canonical.model) if ranks.rank == 0 else canonical.model
+    shard_blocks(policy.model, ranks.world, config.model.device)
+    return Learner(algorithm, update_config(config), policy, reference, ranks=ranks)
+
+
+def gather_trained(sharded: Any, canonical: Any | None) -> None:
+    """Copy the trained parameters of the sharded model into ``canonical`` (rank 0; None on the
+    other ranks, which take part in each gather), one parameter at a time."""
+    from torch.distributed.tensor import DTensor
+
+    target = dict(canonical.named_parameters()) if canonical is not None else {}
+    with torch.no_grad():
+        for name, parameter in sharded.named_parameters():
+            if not parameter.requires_grad:
+                continue
+            full = parameter.full_tensor() if isinstance(parameter, DTensor) else parameter
+            if canonical is not None:
+                target[name].copy_(full)
+
+
+def broadcast_weights(model: Any) -> None:
+    """Rank 0's parameters and buffers to every rank (same architecture everywhere)."""
+    with torch.no_grad():
+        for tensor in model.state_dict().values():
+            torch.distributed.broadcast(tensor, src=0)
+
+
+def optimizer_state(learner: Learner) -> dict[str, Any]:
+    """The optimiser's full state keyed by parameter name (a collective; rank 0 gets it)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    return get_optimizer_state_dict(learner.model, learner.optimizer,
+                                    options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def load_sharded_optimizer(learner: Learner, state: dict[str, Any]) -> None:
+    """Rank 0's full optimiser state (by name; ``{}`` on the other ranks) into every rank's shards
+    (a collective)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(learner.model, learner.optimizer, state,
+                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+
+
+def _single_tensor_steps(learner: Learner) -> None:
+    """AdamW's single-tensor step: the fused kernel cannot mix sharded and replicated parameters."""
+    for group in learner.optimizer.param_groups:
+        group.update(fused=False, foreach=False)
+
+
+# -- processes -------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _join_group(rank: int, world: int, port: int, device: str) -> None:
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    torch.distributed.init_process_group(backend, rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
+                                         timeout=COLLECTIVE_TIMEOUT)
+
+
+class LearnerProcessDied(TrainingError):
+    """A learner process other than the training process died; its shard is gone."""
+
+
+class DataParallelLearner:
+    """Rank 0's learner: ``step``, ``state_dict`` and ``tensor_state`` like ``Learner``'s, with the
+    work spread over ``processes`` processes. ``close()`` stops the others."""
+
+    def __init__(self, learner: Learner, config: Config, state: Any, reward_range: tuple[float, float],
+                 processes: int, threads: int, out_dir: str):
+        import torch.multiprocessing as mp
+
+        self.out_dir = out_dir
+        device = config.model.device
+        port = _free_port()
+        context = mp.get_context("spawn")
+        self.commands = [context.Queue() for _ in range(1, processes)]
+        self.helpers = [
+            context.Process(target=_helper_main, name=f"streamrl-learner-{rank}", daemon=True,
+                            args=(rank, processes, port, config, state, reward_range, threads, self.commands[rank - 1], out_dir))
+            for rank in range(1, processes)
+        ]
+        for helper in self.helpers:
+            helper.start()
+        _join_group(0, processes, port, device)
+        self.canonical = learner.policy
+        optimizer = _named_optimizer_state(learner)
+        self._send(("start", {"learner": learner.state_dict(), "optimizer": bool(optimizer),
+                              "critic": learner.critic.state_dict() if learner.critic else None}))
+        with self._watch("start"):
+            broadcast_weights(self.canonical.model)
+            self.local = sharded_learner(config, self.canonical, learner.algorithm, Ranks(0, processes), learner.reference)
+            self.local.steps_done = learner.steps_done
+            if optimizer:
+                load_sharded_optimizer(self.local, optimizer)
+            _single_tensor_steps(self.local)
+        learner.optimizer.state.clear()  # the shards hold it now
+        self.algorithm = learner.algorithm
+        self.critic = learner.critic
+
+    @property
+    def steps_done(self) -> int:
+        return self.local.steps_done
+
+    @property
+    def last_advantages(self) -> dict[str, list[float]]:
+        return self.local.last_advantages
+
+    def step(self, trajectories: list[Any]) -> dict[str, float]:
+        self._send(("step", trajectories))
+        with self._watch(f"step {self.steps_done + 1}"):
+            metrics = self.local.step(trajectories)
+            gather_trained(self.local.model, self.canonical.model)
+        return {**metrics, "learner_processes": float(len(self.helpers) + 1)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.local.state_dict()
+
+    def tensor_state(self) -> dict[str, Any]:
+        self._send(("optimizer_state", None))
+        with self._watch("checkpoint"):
+            state = {"optimizer": optimizer_state(self.local)}
+        return {**state, **(self.critic.state_dict() if self.critic else {})}
+
+    def close(self) -> None:
+        for commands, helper in zip(self.commands, self.helpers):
+            if helper.is_alive():
+                commands.put(("stop", None))
+        for helper in self.helpers:
+            helper.join(timeout=30)
+            if helper.is_alive():
+                helper.kill()
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+    def _send(self, command: tuple[str, Any]) -> None:
+        self._raise_if_dead("")
+        for commands in self.commands:
+            commands.put(command)
+
+    def _raise_if_dead(self, during: str) -> None:
+        for rank, helper in enumerate(self.helpers, start=1):
+            if helper.exitcode is not None:
+                code = helper.exitcode
+                how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+                raise LearnerProcessDied(
+                    f"learner process rank {rank} (pid {helper.pid}) died ({how}){' during ' + during if during else ''}; "
+                    f"the run stopped; continue with: streamrl train --out {self.out_dir} --resume"
+                )
+
+    @contextlib.contextmanager
+    def _watch(self, during: str) -> Iterator[None]:
+        """Turn a collective's failure into one line naming the learner process that died."""
+        try:
+            yield
+        except TrainingError:
+            raise
+        except Exception:
+            for helper in self.helpers:
+                helper.join(timeout=5)  # a peer's death reaches the collective before its exit status
+                if helper.exitcode is not None:
+                    break
+            self._raise_if_dead(during)
+            raise
+
+
+def _named_optimizer_state(learner: Learner) -> dict[str, Any]:
+    """Rank 0's (unsharded) optimiser state keyed by parameter name; empty on the other ranks."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    if not learner.optimizer.state:
+        return {}
+    return get_optimizer_state_dict(learner.model, learner.optimizer, options=StateDictOptions(full_state_dict=True))
+
+
+def _helper_main(rank: int, world: int, port: int, config: Config, state: Any, reward_range: tuple[float, float],
+                 threads: int, commands: Any, out_dir: str) -> None:
+    """A learner process other than rank 0: build the same learner, then follow rank 0's commands
+    until ``stop`` (or until rank 0 is gone)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: rank 0 stops us
+    torch.set_num_threads(threads)
+    from streamrl.training.algorithms import make_algorithm
+    from streamrl.training.assemble import algorithm_setup
+    from streamrl.training.run import load_reference, load_run_policy
+
+    parent = os.getppid()
+    policy = load_run_policy(config, state)
+    reference = load_reference(Path(out_dir), config) if config.algo.kl_coef > 0 or config.train.reference_model else None
+    policy.limit_training(top_layers=config.model.train_top_layers)
+    _join_group(rank, world, port, config.model.device)
+    kind, start = _next(commands, parent)
+    assert kind == "start", kind
+    broadcast_weights(policy.model)
+    algorithm = make_algorithm(config.algo, algorithm_setup(config, policy, reward_range))
+    algorithm.load_state_dict(start["learner"])
+    if algorithm.critic is not None and start["critic"] is not None:
+        algorithm.critic.load_state_dict(start["critic"])
+    learner = sharded_learner(config, policy, algorithm, Ranks(rank, world), reference)
+    learner.steps_done = int(start["learner"].get("steps_done", 0))
+    if start["optimizer"]:
+        load_sharded_optimizer(learner, {})
+    _single_tensor_steps(learner)
+    try:
+        while True:
+            kind, payload = _next(commands, parent)
+            if kind == "stop":
+                break
+            if kind == "step":
+                learner.step(payload)
+                gather_trained(learner.model, None)
+            elif kind == "optimizer_state":
+                optimizer_state(learner)
+    except TrainingError:  # rank 0 met the same one (a collective told it) and reports it
+        pass
+    torch.distributed.destroy_process_group()
+
+
+def _next(commands: Any, parent: int) -> tuple[str, Any]:
+    """The next command from rank 0; exits this process when rank 0 is gone."""
+    while True:
+        try:
+            return commands.get(timeout=5)
+        except queue.Empty:
+            if os.getppid() != parent:
+                os._exit(0)

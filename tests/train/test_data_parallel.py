@@ -1,0 +1,128 @@
+"""``train.learner_processes``: one learner step in two processes (FSDP2 over gloo, the second
+process spawned by streamrl) lands on the same weights, loss and algorithm state as the same step in
+one process, for every algorithm; and ``Ranks.share`` pairs every rank's passes."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+
+import pytest
+import torch
+
+from streamrl.envs import make
+from streamrl.policy.hf_engine import HFEngine
+from streamrl.rollout.play_tasks import run_episodes
+from streamrl.training.assemble import make_learner
+from streamrl.training.data_parallel import DataParallelLearner, Ranks
+from streamrl.training.evaluate import episode_runner, episode_settings
+from streamrl.training.run import REFERENCE_FOLDER, load_reference, load_run_policy
+
+ALGORITHMS = ["spo++", "spo", "grpo", "ppo", "sapo"]
+
+
+def _rollouts(config, policy):
+    async def run():
+        engine = HFEngine.from_policy(policy, seed=1)
+        try:
+            return await run_episodes(episode_runner(config, engine, policy, episode_settings(config)),
+                                      lambda: make("coin"), [f"train/{i}" for i in range(8)], concurrency=8)
+        finally:
+            await engine.close()
+
+    trajectories = asyncio.run(run())
+    for index, t in enumerate(trajectories):  # half succeed, whatever was sampled: every advantage is non-zero
+        t.turns[-1].reward = float(index % 2)
+        t.outcome = sum(turn.reward for turn in t.turns)
+        # GRPO: two groups of four; SPO++: a baseline and event coordinate frozen at dispatch
+        t.dispatch = dataclasses.replace(t.dispatch, group_id=f"group-{index // 4}", baseline=0.5, z=0.0)
+    return trajectories
+
+
+def _learner(config, run_folder):
+    """A fresh learner; with a KL penalty (SAPO's default) its reference is saved in ``run_folder``
+    as a run keeps it, where the other learner processes read it."""
+    torch.manual_seed(0)
+    policy = load_run_policy(config, None)
+    policy.limit_training(top_layers=config.model.train_top_layers)
+    reference = None
+    if config.algo.kl_coef > 0:
+        policy.save(run_folder / REFERENCE_FOLDER)
+        reference = load_reference(run_folder, config)
+    return make_learner(config, policy, reference)
+
+
+@pytest.mark.parametrize("algo", ALGORITHMS)
+def test_two_learner_processes_take_the_same_step_as_one(coin_config, algo, tmp_path):
+    # 8 rows in micro-batches of 3: three passes, so the second rank also runs a pass that counts 0
+    lr = 0.05
+    # AdamW's epsilon well above float noise: with 1e-8 a gradient element near 0 steps by about
+    # lr * sign(grad), so a rounding difference in the summation order could flip a whole step
+    config = coin_config(algo, f"optim.lr={lr}", "optim.eps=1e-4", "train.batch_size=8", "optim.micro_batch_size=3",
+                         *(["algo.group_size=4"] if algo == "grpo" else []))
+    trajectories = _rollouts(config, load_run_policy(config, None))
+
+    single = _learner(config, tmp_path)
+    before = copy.deepcopy(dict(single.policy.model.named_parameters()))
+    single_metrics = [single.step(trajectories), single.step(trajectories)]
+
+    two = DataParallelLearner(_learner(config, tmp_path), config, None, (0.0, 1.0), 2, 1, str(tmp_path))
+    try:
+        two_metrics = [two.step(trajectories), two.step(trajectories)]  # the second from AdamW's moments
+        tensor_state = two.tensor_state()
+    finally:
+        two.close()
+
+    for (name, a), b in zip(single.policy.model.named_parameters(), two.canonical.model.parameters(), strict=True):
+        a = a.detach()
+        step = float((a - before[name]).abs().max())
+        if step == 0.0:
+            assert torch.equal(b, a), name  # frozen (or untouched) in one process: so in two
+            continue
+        # the gradients are summed in another order, and Adam divides by their root mean square:
+        # an element whose micro-batch gradients nearly cancel differs by float noise times a step
+        assert float((b - a).abs().max()) <= 1e-3 * step, name
+    assert any(not torch.equal(a, before[n]) for n, a in single.policy.model.named_parameters())
+    for ours, theirs in zip(single_metrics, two_metrics):
+        for key in ("loss", "policy_loss", "grad_norm", "entropy", *(["kl_ref"] if config.algo.kl_coef > 0 else [])):
+            assert theirs[key] == pytest.approx(ours[key], rel=1e-4, abs=1e-6), key
+    assert two_metrics[0]["learner_processes"] == 2.0
+    _assert_same_state(two.state_dict(), single.state_dict())  # trackers, prior, drift, steps
+    # the checkpoint's optimiser state, gathered by name, loads into a one-process learner
+    resumed = _learner(config, tmp_path)
+    resumed.load_tensor_state(tensor_state)
+    names = [n for n, p in resumed.policy.model.named_parameters() if p.requires_grad]
+    moments = {n: resumed.optimizer.state[p]["exp_avg"] for n, p in resumed.policy.model.named_parameters()
+               if p.requires_grad}
+    expected = {n: single.optimizer.state[p]["exp_avg"] for n, p in single.policy.model.named_parameters()
+                if p.requires_grad}
+    for name in names:
+        torch.testing.assert_close(moments[name], expected[name], rtol=1e-4, atol=1e-7, msg=name)
+
+
+def _assert_same_state(ours, theirs):
+    """Equal JSON states, floats within float32 rounding of the weights they were measured on."""
+    if isinstance(ours, dict):
+        assert ours.keys() == theirs.keys()
+        for key in ours:
+            _assert_same_state(ours[key], theirs[key])
+    elif isinstance(ours, list):
+        assert len(ours) == len(theirs)
+        for a, b in zip(ours, theirs):
+            _assert_same_state(a, b)
+    elif isinstance(ours, float):
+        assert ours == pytest.approx(theirs, rel=1e-4, abs=1e-6)
+    else:
+        assert ours == theirs
+
+
+def test_every_rank_makes_the_same_number_of_passes():
+    items = list(range(5))
+    shares = [Ranks(rank, 2).share(items) for rank in range(2)]
+    assert [len(share) for share in shares] == [3, 3]
+    live = sorted(item for share in shares for item, is_live in share if is_live)
+    assert live == items  # each item once, on one rank
+    assert shares[1][-1] == (0, False)
+    assert Ranks().share(items) == [(item, True) for item in items]
+    assert Ranks(1, 2).loss_weight(True) == 2.0 and Ranks(1, 2).loss_weight(False) == 0.0
