@@ -1,12 +1,19 @@
 """``train.learner_processes``: one learner step in two processes (FSDP2 over gloo, the second
 process spawned by streamrl) lands on the same weights, loss and algorithm state as the same step in
-one process, for every algorithm; and ``Ranks.share`` pairs every rank's passes."""
+one process, for every algorithm; ``Ranks.share`` pairs every rank's passes; a killed learner
+process stops the run in one line, and the resume (with another number of processes) goes on."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
 import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +24,7 @@ from streamrl.rollout.play_tasks import run_episodes
 from streamrl.training.assemble import make_learner
 from streamrl.training.data_parallel import DataParallelLearner, Ranks
 from streamrl.training.evaluate import episode_runner, episode_settings
+from streamrl.training.loggers import read_metrics
 from streamrl.training.run import REFERENCE_FOLDER, load_reference, load_run_policy
 
 ALGORITHMS = ["spo++", "spo", "grpo", "ppo", "sapo"]
@@ -126,3 +134,43 @@ def test_every_rank_makes_the_same_number_of_passes():
     assert shares[1][-1] == (0, False)
     assert Ranks().share(items) == [(item, True) for item in items]
     assert Ranks(1, 2).loss_weight(True) == 2.0 and Ranks(1, 2).loss_weight(False) == 0.0
+
+
+def _children(pid: int) -> list[int]:
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:  # the parent pid
+            children.append(int(stat.parent.name))
+    return children
+
+
+def test_a_killed_learner_process_stops_the_run_in_one_line_and_the_resume_goes_on(tmp_path):
+    out, steps = tmp_path / "run", 6
+    args = [sys.executable, "-m", "streamrl", "train", "--out", str(out), "--config", "configs/smoke.yaml",
+            f"train.steps={steps}", "train.checkpoint_every=2", "train.eval_at_start=false", "env.eval_tasks=2",
+            "sft.demos=4"]
+    run = subprocess.Popen([*args, "train.learner_processes=2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    manifest = out / "checkpoints" / "step_00000002" / "manifest.json"
+    deadline = time.monotonic() + 240
+    while not manifest.exists():
+        assert run.poll() is None, run.stdout.read()
+        assert time.monotonic() < deadline, "no step-2 checkpoint in time"
+        time.sleep(0.05)
+    helpers = [pid for pid in _children(run.pid) if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert helpers, "the second learner process is not a child of the training process"
+    os.kill(helpers[0], signal.SIGKILL)
+    output, _ = run.communicate(timeout=120)
+    assert run.returncode == 1, output
+    last = output.strip().splitlines()[-1]
+    assert f"learner process rank 1 (pid {helpers[0]}) died (killed by SIGKILL)" in last
+    assert f"continue with: streamrl train --out {out} --resume" in last
+
+    # the resume takes another number of learner processes (one): the checkpoint is gathered
+    resumed = subprocess.run([*args, "--resume"], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl", "train")] == list(range(1, steps + 1))

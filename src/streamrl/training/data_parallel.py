@@ -192,19 +192,21 @@ def optimizer_state(learner: Learner) -> dict[str, Any]:
                                     options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def load_sharded_optimizer(learner: Learner, state: dict[str, Any]) -> None:
-    """Rank 0's full optimiser state (by name; ``{}`` on the other ranks) into every rank's shards
-    (a collective)."""
+def load_sharded_optimizer(learner: Learner, state: dict[str, Any] | None) -> None:
+    """Rank 0's full optimiser state (by name; ``{}`` on the other ranks; None: there is none yet)
+    into every rank's shards (a collective). The step becomes AdamW's single-tensor one: the fused
+    kernel cannot mix sharded and replicated parameters (loading a state runs a step too)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-    set_optimizer_state_dict(learner.model, learner.optimizer, state,
-                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    def single_tensor() -> None:
+        for group in learner.optimizer.param_groups:
+            group.update(fused=False, foreach=False)
 
-
-def _single_tensor_steps(learner: Learner) -> None:
-    """AdamW's single-tensor step: the fused kernel cannot mix sharded and replicated parameters."""
-    for group in learner.optimizer.param_groups:
-        group.update(fused=False, foreach=False)
+    single_tensor()
+    if state is not None:
+        set_optimizer_state_dict(learner.model, learner.optimizer, state,
+                                 options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        single_tensor()  # the loaded groups bring the saved implementation back
 
 
 # -- processes -------------------------------------------------------------------------------------
@@ -257,9 +259,7 @@ class DataParallelLearner:
             broadcast_weights(self.canonical.model)
             self.local = sharded_learner(config, self.canonical, learner.algorithm, Ranks(0, processes), learner.reference)
             self.local.steps_done = learner.steps_done
-            if optimizer:
-                load_sharded_optimizer(self.local, optimizer)
-            _single_tensor_steps(self.local)
+            load_sharded_optimizer(self.local, optimizer or None)
         learner.optimizer.state.clear()  # the shards hold it now
         self.algorithm = learner.algorithm
         self.critic = learner.critic
@@ -363,9 +363,7 @@ def _helper_main(rank: int, world: int, port: int, config: Config, state: Any, r
         algorithm.critic.load_state_dict(start["critic"])
     learner = sharded_learner(config, policy, algorithm, Ranks(rank, world), reference)
     learner.steps_done = int(start["learner"].get("steps_done", 0))
-    if start["optimizer"]:
-        load_sharded_optimizer(learner, {})
-    _single_tensor_steps(learner)
+    load_sharded_optimizer(learner, {} if start["optimizer"] else None)
     try:
         while True:
             kind, payload = _next(commands, parent)

@@ -155,9 +155,9 @@ def environment_entities(config: Config) -> tuple[str, ...]:
 RUN_ENTRIES = ("config.yaml", "metrics.jsonl", "events.jsonl", "samples.jsonl", "summary.json", "checkpoints",
                "sft_model", "reference_model", "final_model", "report", "tensorboard")
 #: configuration a resumed run may change (its length, how often it evaluates, saves and logs, its
-#: threads); every other field must equal the saved run's
+#: threads and learner processes); every other field must equal the saved run's
 RESUMABLE = ("train.steps", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints", "logging.",
-             "eval.concurrency", "model.threads", "rollout.engine_threads")
+             "eval.concurrency", "model.threads", "rollout.engine_threads", "train.learner_processes")
 #: state.json offset -> the log it points into
 LOG_OFFSETS = {"metrics_offset": "metrics.jsonl", "events_offset": "events.jsonl", "samples_offset": "samples.jsonl"}
 
