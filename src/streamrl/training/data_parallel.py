@@ -192,19 +192,19 @@ def optimizer_state(learner: Learner) -> dict[str, Any]:
                                     options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def load_sharded_optimizer(learner: Learner, state: dict[str, Any] | None) -> None:
+def load_sharded_optimizer(model: Any, optimizer: torch.optim.Optimizer, state: dict[str, Any] | None) -> None:
     """Rank 0's full optimiser state (by name; ``{}`` on the other ranks; None: there is none yet)
     into every rank's shards (a collective). The step becomes AdamW's single-tensor one: the fused
     kernel cannot mix sharded and replicated parameters (loading a state runs a step too)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
     def single_tensor() -> None:
-        for group in learner.optimizer.param_groups:
+        for group in optimizer.param_groups:
             group.update(fused=False, foreach=False)
 
     single_tensor()
     if state is not None:
-        set_optimizer_state_dict(learner.model, learner.optimizer, state,
+        set_optimizer_state_dict(model, optimizer, state,
                                  options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
         single_tensor()  # the loaded groups bring the saved implementation back
 
@@ -212,13 +212,14 @@ def load_sharded_optimizer(learner: Learner, state: dict[str, Any] | None) -> No
 # -- processes -------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
 
 
-def _join_group(rank: int, world: int, port: int, device: str) -> None:
+def join_group(rank: int, world: int, port: int, device: str = "cpu") -> None:
+    """Join the learner processes' group (``port`` on this machine): gloo, or NCCL for CUDA."""
     backend = "nccl" if device.startswith("cuda") else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(rank)
@@ -240,7 +241,7 @@ class DataParallelLearner:
 
         self.out_dir = out_dir
         device = config.model.device
-        port = _free_port()
+        port = free_port()
         context = mp.get_context("spawn")
         self.commands = [context.Queue() for _ in range(1, processes)]
         self.helpers = [
@@ -250,7 +251,7 @@ class DataParallelLearner:
         ]
         for helper in self.helpers:
             helper.start()
-        _join_group(0, processes, port, device)
+        join_group(0, processes, port, device)
         self.canonical = learner.policy
         optimizer = _named_optimizer_state(learner)
         self._send(("start", {"learner": learner.state_dict(), "optimizer": bool(optimizer),
@@ -259,7 +260,7 @@ class DataParallelLearner:
             broadcast_weights(self.canonical.model)
             self.local = sharded_learner(config, self.canonical, learner.algorithm, Ranks(0, processes), learner.reference)
             self.local.steps_done = learner.steps_done
-            load_sharded_optimizer(self.local, optimizer or None)
+            load_sharded_optimizer(self.local.model, self.local.optimizer, optimizer or None)
         learner.optimizer.state.clear()  # the shards hold it now
         self.algorithm = learner.algorithm
         self.critic = learner.critic
@@ -353,7 +354,7 @@ def _helper_main(rank: int, world: int, port: int, config: Config, state: Any, r
     policy = load_run_policy(config, state)
     reference = load_reference(Path(out_dir), config) if config.algo.kl_coef > 0 or config.train.reference_model else None
     policy.limit_training(top_layers=config.model.train_top_layers)
-    _join_group(rank, world, port, config.model.device)
+    join_group(rank, world, port, config.model.device)
     kind, start = _next(commands, parent)
     assert kind == "start", kind
     broadcast_weights(policy.model)
@@ -363,7 +364,7 @@ def _helper_main(rank: int, world: int, port: int, config: Config, state: Any, r
         algorithm.critic.load_state_dict(start["critic"])
     learner = sharded_learner(config, policy, algorithm, Ranks(rank, world), reference)
     learner.steps_done = int(start["learner"].get("steps_done", 0))
-    load_sharded_optimizer(learner, {} if start["optimizer"] else None)
+    load_sharded_optimizer(learner.model, learner.optimizer, {} if start["optimizer"] else None)
     try:
         while True:
             kind, payload = _next(commands, parent)
