@@ -22,7 +22,15 @@ from streamrl.envs import make
 from streamrl.policy.hf_engine import HFEngine
 from streamrl.rollout.play_tasks import run_episodes
 from streamrl.training.assemble import make_learner
-from streamrl.training.data_parallel import DataParallelLearner, Ranks
+from streamrl.training.data_parallel import (
+    DataParallelLearner,
+    Ranks,
+    free_port,
+    gather_trained,
+    join_group,
+    load_sharded_optimizer,
+    sharded_learner,
+)
 from streamrl.training.evaluate import episode_runner, episode_settings
 from streamrl.training.loggers import read_metrics
 from streamrl.training.run import REFERENCE_FOLDER, load_reference, load_run_policy
@@ -174,3 +182,34 @@ def test_a_killed_learner_process_stops_the_run_in_one_line_and_the_resume_goes_
     resumed = subprocess.run([*args, "--resume"], capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl", "train")] == list(range(1, steps + 1))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_step_through_fsdp_in_one_process_equals_the_plain_step(coin_config, device, tmp_path):
+    """The sharded path with one process: FSDP2's collectives run (gloo, or NCCL on a GPU, which
+    ``scripts/gpu_check.sh`` runs) and change nothing of the step."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    lr = 0.05
+    config = coin_config("spo++", f"optim.lr={lr}", "optim.eps=1e-4", "train.batch_size=8",
+                         "optim.micro_batch_size=3", f"model.device={device}")
+    trajectories = _rollouts(config, load_run_policy(config, None))
+    plain = _learner(config, tmp_path)
+    before = {n: p.detach().clone() for n, p in plain.policy.model.named_parameters()}
+    plain.step(trajectories)
+
+    canonical = _learner(config, tmp_path)
+    join_group(0, 1, free_port(), device)
+    try:
+        sharded = sharded_learner(config, canonical.policy, canonical.algorithm, Ranks(0, 1))
+        load_sharded_optimizer(sharded.model, sharded.optimizer, None)
+        sharded.step(trajectories)
+        gather_trained(sharded.model, canonical.policy.model)
+    finally:
+        torch.distributed.destroy_process_group()
+    for (name, a), b in zip(plain.policy.model.named_parameters(), canonical.policy.model.parameters(), strict=True):
+        a = a.detach()
+        step = float((a - before[name]).abs().max())
+        b = b.detach()
+        assert float((b - a).abs().max()) <= 1e-3 * step or step == 0.0 and torch.equal(a, b), name
+    assert any(not torch.equal(p.detach(), before[n]) for n, p in canonical.policy.model.named_parameters())

@@ -106,10 +106,11 @@ class Ranks:
     def clip_and_step(self, parameters: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer, grad_clip: float,
                       *, step: int, model: Any) -> float:
         """``optim.clip_and_step`` over sharded and replicated parameters: the replicated ones'
-        gradients averaged first, the norm taken over the whole (gathered) gradient."""
-        if self.world == 1:
-            return clip_and_step(parameters, optimizer, grad_clip, step=step, model=model)
+        gradients averaged over the ranks first, the norm taken over the whole gradient."""
         from torch.distributed.tensor import DTensor
+
+        if not any(isinstance(p, DTensor) for p in parameters):  # nothing sharded (one plain process)
+            return clip_and_step(parameters, optimizer, grad_clip, step=step, model=model)
 
         grads = [p.grad for p in parameters if p.grad is not None]
         sharded = torch.zeros((), dtype=torch.float64)
