@@ -3,7 +3,7 @@
 #   0. the smoke run on CUDA with the HF engine (SFT, evaluation, learner; no GPU extras needed),
 #   1. installs the GPU extras (vllm brings its CUDA torch) into .venv (made by `make test` first),
 #   2. runs the tests marked gpu (real vLLM: log-probs against the policy, banned value tokens,
-#      in-place weight updates),
+#      in-place weight updates; a learner step through FSDP2 over NCCL against the plain step),
 #   3. generation: vLLM against the HF engine on SmolLM2-135M-Instruct at 64 and 256 concurrent,
 #   4. trains 20 SPO++ steps on alfworld_lite with SmolLM2 on the GPU, generation by vLLM,
 # and prints one line: RESULT gpu_tests=... vllm_vs_hf_64=... vllm_vs_hf_256=... train_steps=... ...
