@@ -3,13 +3,17 @@ policy writes, so every algorithm gets non-degenerate advantages with an untrain
 
 from __future__ import annotations
 
+import asyncio
 import random
 from typing import Any
 
 import pytest
 
-from streamrl.envs import ActionParser, Env, EnvSpec, ParsedAction, PromptBuilder, StepResult, register
+from streamrl.envs import ActionParser, Env, EnvSpec, ParsedAction, PromptBuilder, StepResult, make, register
+from streamrl.policy.hf_engine import HFEngine
+from streamrl.rollout.play_tasks import run_episodes
 from streamrl.training.config_files import load_config
+from streamrl.training.evaluate import episode_runner, episode_settings
 
 
 class CoinEnv(Env):
@@ -72,3 +76,19 @@ def coin_config():
             algo=algo,
         )
     return build
+
+
+@pytest.fixture
+def coin_rollouts():
+    """``coin_rollouts(config, policy)``: 8 coin episodes (``train/0`` .. ``train/7``) played by ``policy``."""
+    def play(config, policy):
+        async def run():
+            engine = HFEngine.from_policy(policy, seed=1)
+            try:
+                return await run_episodes(episode_runner(config, engine, policy, episode_settings(config)),
+                                          lambda: make("coin"), [f"train/{i}" for i in range(8)], concurrency=8)
+            finally:
+                await engine.close()
+
+        return asyncio.run(run())
+    return play

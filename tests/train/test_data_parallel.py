@@ -5,7 +5,6 @@ process stops the run in one line, and the resume (with another number of proces
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import dataclasses
 import os
@@ -18,9 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from streamrl.envs import make
-from streamrl.policy.hf_engine import HFEngine
-from streamrl.rollout.play_tasks import run_episodes
 from streamrl.training.assemble import make_learner
 from streamrl.training.data_parallel import (
     DataParallelLearner,
@@ -31,23 +27,14 @@ from streamrl.training.data_parallel import (
     load_sharded_optimizer,
     sharded_learner,
 )
-from streamrl.training.evaluate import episode_runner, episode_settings
 from streamrl.training.loggers import read_metrics
 from streamrl.training.run import REFERENCE_FOLDER, load_reference, load_run_policy
 
 ALGORITHMS = ["spo++", "spo", "grpo", "ppo", "sapo"]
 
 
-def _rollouts(config, policy):
-    async def run():
-        engine = HFEngine.from_policy(policy, seed=1)
-        try:
-            return await run_episodes(episode_runner(config, engine, policy, episode_settings(config)),
-                                      lambda: make("coin"), [f"train/{i}" for i in range(8)], concurrency=8)
-        finally:
-            await engine.close()
-
-    trajectories = asyncio.run(run())
+def _rollouts(config, play):
+    trajectories = play(config, load_run_policy(config, None))
     for index, t in enumerate(trajectories):  # half succeed, whatever was sampled: every advantage is non-zero
         t.turns[-1].reward = float(index % 2)
         t.outcome = sum(turn.reward for turn in t.turns)
@@ -70,14 +57,14 @@ def _learner(config, run_folder):
 
 
 @pytest.mark.parametrize("algo", ALGORITHMS)
-def test_two_learner_processes_take_the_same_step_as_one(coin_config, algo, tmp_path):
+def test_two_learner_processes_take_the_same_step_as_one(coin_config, coin_rollouts, algo, tmp_path):
     # 8 rows in micro-batches of 3: three passes, so the second rank also runs a pass that counts 0
     lr = 0.05
     # AdamW's epsilon well above float noise: with 1e-8 a gradient element near 0 steps by about
     # lr * sign(grad), so a rounding difference in the summation order could flip a whole step
     config = coin_config(algo, f"optim.lr={lr}", "optim.eps=1e-4", "train.batch_size=8", "optim.micro_batch_size=3",
                          *(["algo.group_size=4"] if algo == "grpo" else []))
-    trajectories = _rollouts(config, load_run_policy(config, None))
+    trajectories = _rollouts(config, coin_rollouts)
 
     single = _learner(config, tmp_path)
     before = copy.deepcopy(dict(single.policy.model.named_parameters()))
@@ -185,7 +172,7 @@ def test_a_killed_learner_process_stops_the_run_in_one_line_and_the_resume_goes_
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_a_step_through_fsdp_in_one_process_equals_the_plain_step(coin_config, device, tmp_path):
+def test_a_step_through_fsdp_in_one_process_equals_the_plain_step(coin_config, coin_rollouts, device, tmp_path):
     """The sharded path with one process: FSDP2's collectives run (gloo, or NCCL on a GPU, which
     ``scripts/gpu_check.sh`` runs) and change nothing of the step."""
     if device == "cuda" and not torch.cuda.is_available():
@@ -193,7 +180,7 @@ def test_a_step_through_fsdp_in_one_process_equals_the_plain_step(coin_config, d
     lr = 0.05
     config = coin_config("spo++", f"optim.lr={lr}", "optim.eps=1e-4", "train.batch_size=8",
                          "optim.micro_batch_size=3", f"model.device={device}")
-    trajectories = _rollouts(config, load_run_policy(config, None))
+    trajectories = _rollouts(config, coin_rollouts)
     plain = _learner(config, tmp_path)
     before = {n: p.detach().clone() for n, p in plain.policy.model.named_parameters()}
     plain.step(trajectories)

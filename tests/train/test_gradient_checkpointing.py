@@ -3,29 +3,11 @@ critic) lands on the same weights with and without it."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 import torch
 
-from streamrl.envs import make
-from streamrl.policy.hf_engine import HFEngine
 from streamrl.policy.loading import load_policy
-from streamrl.rollout.play_tasks import run_episodes
 from streamrl.training.assemble import make_learner
-from streamrl.training.evaluate import episode_runner, episode_settings
-
-
-def _rollouts(config, policy):
-    async def run():
-        engine = HFEngine.from_policy(policy, seed=1)
-        try:
-            return await run_episodes(episode_runner(config, engine, policy, episode_settings(config)),
-                                      lambda: make("coin"), [f"train/{i}" for i in range(8)], concurrency=8)
-        finally:
-            await engine.close()
-
-    return asyncio.run(run())
 
 
 def _step(config, trajectories):
@@ -40,9 +22,9 @@ def _step(config, trajectories):
     return policy, learner, metrics
 
 
-def test_checkpointed_step_equals_plain_step(coin_config):
+def test_checkpointed_step_equals_plain_step(coin_config, coin_rollouts):
     plain = coin_config("ppo", "optim.lr=0.5", "algo.critic_lr=0.5", "train.batch_size=8")
-    trajectories = _rollouts(plain, load_policy("tiny", model_overrides=plain.model.overrides, seed=0))
+    trajectories = coin_rollouts(plain, load_policy("tiny", model_overrides=plain.model.overrides, seed=0))
     for index, t in enumerate(trajectories):  # half succeed, whatever was sampled: every advantage is non-zero
         t.turns[-1].reward = float(index % 2)
         t.outcome = sum(turn.reward for turn in t.turns)
