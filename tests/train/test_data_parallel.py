@@ -5,7 +5,6 @@ process stops the run in one line, and the resume (with another number of proces
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 import signal
@@ -67,7 +66,7 @@ def test_two_learner_processes_take_the_same_step_as_one(coin_config, coin_rollo
     trajectories = _rollouts(config, coin_rollouts)
 
     single = _learner(config, tmp_path)
-    before = copy.deepcopy(dict(single.policy.model.named_parameters()))
+    before = {n: p.detach().clone() for n, p in single.policy.model.named_parameters()}
     single_metrics = [single.step(trajectories), single.step(trajectories)]
 
     two = DataParallelLearner(_learner(config, tmp_path), config, None, (0.0, 1.0), 2, 1, str(tmp_path))
