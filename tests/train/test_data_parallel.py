@@ -77,7 +77,7 @@ def test_two_learner_processes_take_the_same_step_as_one(coin_config, coin_rollo
         two.close()
 
     for (name, a), b in zip(single.policy.model.named_parameters(), two.canonical.model.parameters(), strict=True):
-        a = a.detach()
+        a, b = a.detach(), b.detach()
         step = float((a - before[name]).abs().max())
         if step == 0.0:
             assert torch.equal(b, a), name  # frozen (or untouched) in one process: so in two
