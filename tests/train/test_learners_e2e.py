@@ -16,8 +16,8 @@ from streamrl.training.loop import train
 
 COMMON = ("loss", "policy_loss", "grad_norm", "clip_frac", "ppo_kl", "entropy", "success", "trajectories_consumed")
 SPECIFIC = {
-    "spo": ("policy_drift", "rho_mean", "baseline_mean"),
-    "spo++": ("event_z", "baseline_mean", "token_weighted_adv_mean"),
+    "spo": ("policy_drift", "rho_mean", "baseline_mean", "baseline_bias"),
+    "spo++": ("event_z", "baseline_mean", "baseline_bias", "token_weighted_adv_mean"),
     "grpo": ("frac_degenerate_groups", "n_groups"),
     "ppo": ("critic_loss", "value_mean"),
     "sapo": ("value_loss", "q_loss", "kl_ref", "value_saturation_frac"),
@@ -41,6 +41,9 @@ def test_algorithm_trains_and_logs(algo, coin_config, tmp_path):
         for key in COMMON + SPECIFIC[algo]:
             assert key in record, f"{algo}: metric {key} missing"
             assert record[key] is not None and math.isfinite(record[key]), f"{algo}: {key}={record[key]}"
+        if "baseline_bias" in record and record["trajectories_in_loss"] == record["trajectories"]:
+            # the coin's outcomes are unshaped: the bias is the baselines' mean minus the batch's success
+            assert record["baseline_bias"] == pytest.approx(record["baseline_mean"] - record["outcome_mean"])
     assert summary["eval_after"]["episodes"] == 4
 
     start = load_policy("tiny", model_overrides=config.model.overrides, seed=config.train.seed).model.state_dict()

@@ -42,7 +42,8 @@ from streamrl.training.preflight import preflight
 
 #: run means of these training metrics appear per arm (the last two show a policy drifting off format
 #: and the net push of the advantages, sum L_i A_i / sum L_i, which N_tok makes exactly 0)
-DIAGNOSTICS = ("ppo_kl", "clip_frac", "behaviour_kl", "grad_norm", "entropy", "format_invalid_frac", "token_weighted_adv_mean")
+DIAGNOSTICS = ("ppo_kl", "clip_frac", "behaviour_kl", "grad_norm", "entropy", "format_invalid_frac", "token_weighted_adv_mean",
+               "baseline_bias", "lag_mean", "stale_frac")
 
 
 class Arm(BaseModel):
@@ -220,7 +221,8 @@ def write_comparison_report(spec: CompareConfig, out: Path, runs: list[tuple[str
         seeds = [s for s in spec.seeds if s in stats[a] and s in stats[b]]
         pair: dict[str, Any] = {"a": a, "b": b, "n": len(seeds)}
         for key, field, scale in (("auc", "auc_points", 100), ("final", "final_points", 100),
-                                  ("eval_after", "held_out_points", 100), ("score_after", "score_points", 100)):
+                                  ("eval_after", "held_out_points", 100), ("score_after", "score_points", 100),
+                                  ("baseline_bias", "baseline_bias_points", 100)):
             values = [(stats[a][s].get(key), stats[b][s].get(key)) for s in seeds]
             known = [(x, y) for x, y in values if x is not None and y is not None]
             if values and len(known) == len(values):  # held-out needs both evaluated
@@ -288,6 +290,18 @@ def _markdown(spec: CompareConfig, arms: dict[str, dict], pairs: list[dict]) -> 
         for p in pairs:
             cells = [_difference(p.get(key)) for key in keys]
             lines.append(f"| {p['a']} − {p['b']} | {p['n']} | " + " | ".join(cells) + " |")
+    if any(row.get("baseline_bias") is not None for row in arms.values()):
+        lines += ["", "Baselines (single-stream arms): bias = mean(baseline − R) over trained episodes, in points "
+                  "(each baseline was fixed before its own result, so this estimates the bias against the "
+                  "serving snapshot's success rate); lag = learner versions between dispatch and training.", "",
+                  "| arm | baseline bias | lag | stale (excluded) |", "|---|---|---|---|"]
+        for name, row in arms.items():
+            lines.append(f"| {name} | {_fmt(row['baseline_bias'], 100, 2)} | {_fmt(row['lag_mean'], 1, 2)} | "
+                         f"{_fmt(row['stale_frac'], 1, 3)} |")
+        biased = [p for p in pairs if p.get("baseline_bias_points")]
+        if biased:
+            lines += ["", "| a − b | baseline bias, points [95% CI] |", "|---|---|"]
+            lines += [f"| {p['a']} − {p['b']} | {_difference(p['baseline_bias_points'])} |" for p in biased]
     lines += ["", "![learning curves](curves.png)", ""]
     return "\n".join(lines)
 

@@ -105,5 +105,8 @@ def baseline_advantages(batch: Batch, baselines: list[float], norm_measure: str)
     adv = spopp_advantages(rewards, base, lengths) if token_measure else spo_advantages(rewards, base)
     metrics = advantage_stats(rewards - base, adv, lengths if token_measure else None)
     metrics["baseline_mean"] = float(base.mean())
+    # mean(baseline - R): each baseline was fixed before its own result was seen, so over a run this
+    # estimates the baselines' bias against the success rate of the snapshot that served them
+    metrics["baseline_bias"] = float((base - rewards).mean())
     metrics["token_weighted_adv_mean"] = float((lengths * adv).sum() / lengths.sum().clamp(min=1))
     return Prepared(turn_advantages=adv[batch.turns.trajectory], metrics=metrics)
