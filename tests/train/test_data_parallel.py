@@ -29,7 +29,9 @@ from streamrl.training.data_parallel import (
 from streamrl.training.loggers import read_metrics
 from streamrl.training.run import REFERENCE_FOLDER, load_reference, load_run_policy
 
-ALGORITHMS = ["spo++", "spo", "grpo", "ppo", "sapo"]
+#: every algorithm, and SPO++ with LoRA on the top block (adapters sharded, the lower block frozen)
+CASES = [("spo++", ()), ("spo", ()), ("grpo", ("algo.group_size=4",)), ("ppo", ()), ("sapo", ()),
+         ("spo++", ("model.lora={r: 4, alpha: 8}", "model.train_top_layers=1"))]
 
 
 def _rollouts(config, play):
@@ -55,14 +57,14 @@ def _learner(config, run_folder):
     return make_learner(config, policy, reference)
 
 
-@pytest.mark.parametrize("algo", ALGORITHMS)
-def test_two_learner_processes_take_the_same_step_as_one(coin_config, coin_rollouts, algo, tmp_path):
+@pytest.mark.parametrize(("algo", "extra"), CASES, ids=["spo++", "spo", "grpo", "ppo", "sapo", "spo++ lora"])
+def test_two_learner_processes_take_the_same_step_as_one(coin_config, coin_rollouts, algo, extra, tmp_path):
     # 8 rows in micro-batches of 3: three passes, so the second rank also runs a pass that counts 0
     lr = 0.05
     # AdamW's epsilon well above float noise: with 1e-8 a gradient element near 0 steps by about
     # lr * sign(grad), so a rounding difference in the summation order could flip a whole step
     config = coin_config(algo, f"optim.lr={lr}", "optim.eps=1e-4", "train.batch_size=8", "optim.micro_batch_size=3",
-                         *(["algo.group_size=4"] if algo == "grpo" else []))
+                         *extra)
     trajectories = _rollouts(config, coin_rollouts)
 
     single = _learner(config, tmp_path)
