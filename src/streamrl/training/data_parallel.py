@@ -347,6 +347,9 @@ def _helper_main(rank: int, world: int, port: int, config: Config, state: Any, r
     until ``stop`` (or until rank 0 is gone)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: rank 0 stops us
     torch.set_num_threads(threads)
+    from streamrl.training.allocator import keep_freed_memory
+
+    keep_freed_memory()  # as in the training process: each update reuses the last one's memory
     from streamrl.training.algorithms import make_algorithm
     from streamrl.training.assemble import algorithm_setup
     from streamrl.training.run import load_reference, load_run_policy
