@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.distributed.tensor import DTensor
 
 from streamrl.training.assemble import make_learner
 from streamrl.training.data_parallel import (
@@ -68,28 +69,28 @@ def test_two_learner_processes_take_the_same_step_as_one(coin_config, coin_rollo
     trajectories = _rollouts(config, coin_rollouts)
 
     single = _learner(config, tmp_path)
-    before = {n: p.detach().clone() for n, p in single.policy.model.named_parameters()}
+    before = {n: t.detach().clone() for n, t in single.policy.model.state_dict().items()}
+    critic_before = single.critic.model.state_dict() if single.critic else {}
+    critic_before = {n: t.detach().clone() for n, t in critic_before.items()}
     single_metrics = [single.step(trajectories), single.step(trajectories)]
 
     two = DataParallelLearner(_learner(config, tmp_path), config, None, (0.0, 1.0), 2, 1, str(tmp_path))
     try:
         two_metrics = [two.step(trajectories), two.step(trajectories)]  # the second from AdamW's moments
         tensor_state = two.tensor_state()
+        if single.critic:  # PPO's critic is sharded too, not replicated
+            assert isinstance(next(two.local.critic.model.decoder.layers[0].parameters()), DTensor)
     finally:
         two.close()
 
-    for (name, a), b in zip(single.policy.model.named_parameters(), two.canonical.model.parameters(), strict=True):
-        a, b = a.detach(), b.detach()
-        step = float((a - before[name]).abs().max())
-        if step == 0.0:
-            assert torch.equal(b, a), name  # frozen (or untouched) in one process: so in two
-            continue
-        # the gradients are summed in another order, and Adam divides by their root mean square:
-        # an element whose micro-batch gradients nearly cancel differs by float noise times a step
-        assert float((b - a).abs().max()) <= 1e-3 * step, name
+    _assert_same_step(single.policy.model.state_dict(), two.canonical.model.state_dict(), before)
     assert any(not torch.equal(a, before[n]) for n, a in single.policy.model.named_parameters())
+    if single.critic:
+        _assert_same_step(single.critic.model.state_dict(), tensor_state["critic"], critic_before)
+    losses = ("loss", "policy_loss", "grad_norm", "entropy", *(["kl_ref"] if config.algo.kl_coef > 0 else []),
+              *(["critic_loss", "critic_grad_norm"] if single.critic else []))
     for ours, theirs in zip(single_metrics, two_metrics):
-        for key in ("loss", "policy_loss", "grad_norm", "entropy", *(["kl_ref"] if config.algo.kl_coef > 0 else [])):
+        for key in losses:
             assert theirs[key] == pytest.approx(ours[key], rel=1e-4, abs=1e-6), key
     assert two_metrics[0]["learner_processes"] == 2.0
     _assert_same_state(two.state_dict(), single.state_dict())  # trackers, prior, drift, steps
@@ -103,6 +104,20 @@ def test_two_learner_processes_take_the_same_step_as_one(coin_config, coin_rollo
                 if p.requires_grad}
     for name in names:
         torch.testing.assert_close(moments[name], expected[name], rtol=1e-4, atol=1e-7, msg=name)
+
+
+def _assert_same_step(ours, theirs, before):
+    """The same weights after the same step(s), each within a thousandth of its own step."""
+    assert ours.keys() == theirs.keys()
+    for name, a in ours.items():
+        b = theirs[name]
+        step = float((a - before[name]).abs().max())
+        if step == 0.0:
+            assert torch.equal(b, a), name  # frozen (or untouched) in one process: so in two
+            continue
+        # the gradients are summed in another order, and Adam divides by their root mean square:
+        # an element whose micro-batch gradients nearly cancel differs by float noise times a step
+        assert float((b - a).abs().max()) <= 1e-3 * step, name
 
 
 def _assert_same_state(ours, theirs):

@@ -4,7 +4,8 @@ The critic is a copy of the policy's decoder (LoRA merged) with a zero-initialis
 V starts at 0; it reads one value per turn at the pre-action boundary. ``CriticUpdater`` owns the
 critic model and its optimiser: ``values`` scores V at flat batch positions (no gradient), and
 ``update`` trains the clipped value loss over turns, micro-batched, with the global mean, through
-the same ``clip_and_step`` as the actor.
+the same ``clip_and_step`` as the actor. With several learner processes its blocks are sharded like
+the policy's (``data_parallel.shard_critic``) and ``ranks`` spreads the update's micro-batches.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import torch
 from streamrl.algos import value_loss
 from streamrl.policy.modeling import decoder_and_head, enable_gradient_checkpointing, position_ids_from_mask
 from streamrl.training.batch import Batch, position_chunks
-from streamrl.training.optim import adamw, check_finite_value, clip_and_step, load_optimizer_state
+from streamrl.training.data_parallel import Ranks
+from streamrl.training.errors import NonFiniteError
+from streamrl.training.optim import adamw, load_optimizer_state
 
 if TYPE_CHECKING:
     from streamrl.policy.policy import Policy
@@ -82,6 +85,8 @@ class CriticUpdater:
         self.micro_batch_size = micro_batch_size
         self.epochs = epochs
         self.value_clip = value_clip
+        #: this process among the learner processes (set when the critic is sharded)
+        self.ranks = Ranks()
 
     @torch.no_grad()
     def values(self, batch: Batch, positions: torch.Tensor) -> torch.Tensor:
@@ -95,30 +100,44 @@ class CriticUpdater:
     def update(self, batch: Batch, targets: ValueTargets, *, step: int) -> dict[str, float]:
         """``epochs`` optimiser steps of the clipped value loss toward ``targets.returns`` at every
         turn's pre-action boundary; ``step`` is the learner step, for the non-finite guard."""
-        count = float(batch.turns.size)
+        count, ranks = float(batch.turns.size), self.ranks
         self.model.train()
         losses, norms = [], []
         for _ in range(self.epochs):
             total = 0.0
-            for tensors, pick, rows, cols in position_chunks(batch, batch.pre_action, self.micro_batch_size):
+            for (tensors, pick, rows, cols), live in ranks.share(list(position_chunks(batch, batch.pre_action, self.micro_batch_size))):
                 values = self.model(tensors["input_ids"], tensors["attention_mask"], rows, cols)
                 loss = value_loss(
                     values, targets.v_old[pick], targets.returns[pick], torch.ones_like(values, dtype=torch.bool),
                     clip=self.value_clip, global_count=count,
                 )
-                check_finite_value(step, "critic loss", float(loss.detach()))
-                loss.backward()
-                total += float(loss.detach())
-            norms.append(clip_and_step(
-                self.model.parameters(), self.optimizer, self.grad_clip, step=step, model=self.model, what="critic ",
+                bad = ranks.all_finite({"critic loss": float(loss.detach())} if live else {})
+                if bad:
+                    raise NonFiniteError(f"step {step}: non-finite {', '.join(bad)}; training stopped before the update")
+                (loss * ranks.loss_weight(live)).backward()
+                total += float(loss.detach()) if live else 0.0
+            norms.append(ranks.clip_and_step(
+                list(self.model.parameters()), self.optimizer, self.grad_clip, step=step, model=self.model, what="critic ",
             ))
-            losses.append(total)
+            losses.append(ranks.sum({"critic_loss": total})["critic_loss"])
         self.model.eval()
         return {"critic_loss": sum(losses) / len(losses), "critic_grad_norm": sum(norms) / len(norms)}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"critic": self.model.state_dict(), "critic_optimizer": self.optimizer.state_dict()}
+        """Weights and optimiser state; sharded, whole weights and the state by parameter name (a
+        collective: every learner process calls it, rank 0's copy is complete)."""
+        if self.ranks.world == 1:  # (torch's getter would initialise an empty state by taking a step)
+            return {"critic": self.model.state_dict(), "critic_optimizer": self.optimizer.state_dict()}
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return {"critic": get_model_state_dict(self.model, options=options),
+                "critic_optimizer": get_optimizer_state_dict(self.model, self.optimizer, options=options)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["critic"])
-        load_optimizer_state(self.optimizer, state["critic_optimizer"])
+        load_optimizer_state(self.optimizer, state["critic_optimizer"], self.model)

@@ -1,19 +1,20 @@
 """The learner in N processes (``train.learner_processes``): data-parallel over micro-batches, the
-policy's transformer blocks sharded with FSDP2 (``fully_shard``), gloo on CPU, NCCL on GPUs.
+policy's transformer blocks (and PPO's critic's) sharded with FSDP2 (``fully_shard``), gloo on CPU,
+NCCL on GPUs.
 
 Why streamrl starts the processes itself (not ``torchrun``): a run has one controller (rollout,
 engine, event log, checkpoints) and ``torchrun`` would start N of them. The training process is
 rank 0; it spawns ranks 1..N-1, which only learn. Each step rank 0 sends them the batch's
 trajectories and every rank runs the same ``Learner.step`` on them: the algorithm's state
-(trackers, the prior, PPO's replicated critic) is a function of the batches, so it stays identical
-on every rank without being sent, and each rank forwards and backpropagates only its share of the
+(trackers, the prior) is a function of the batches, so it stays identical on every rank without
+being sent, and each rank forwards and backpropagates only its share of the
 micro-batches (``Ranks.share``). The loss normalisation is the single-process one: every rank
 holds the whole batch, so the global token and row counts are computed before the batch is split.
 
 Rank 0 keeps its own unsharded policy, which the engines, evaluations and checkpoints read; after
 each step the trained parameters are gathered into it one at a time (LoRA: only the adapters),
-so no rank holds a second full copy. Checkpoints are gathered too (the optimiser state by
-parameter name), so ``--resume`` works with any number of learner processes.
+so no rank holds a second full copy. The critic has no whole copy anywhere. Checkpoints are
+gathered (the optimiser states by parameter name), so ``--resume`` works with any number of learner processes.
 
 Parameters outside the transformer blocks (embeddings, final norm, an untied head) stay
 replicated: a tied embedding is called apart from the decoder by the scorer, which one FSDP unit
@@ -36,13 +37,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
 
 from streamrl.training.errors import TrainingError
-from streamrl.training.optim import check_finite_parameters, check_finite_value, clip_and_step
+from streamrl.training.optim import adamw, check_finite_parameters, check_finite_value, clip_and_step
 
 if TYPE_CHECKING:
     from streamrl.policy.policy import Policy
     from streamrl.training.config import Config
+    from streamrl.training.critic import CriticUpdater
     from streamrl.training.learner import Learner
 
 T = TypeVar("T")
@@ -104,13 +111,13 @@ class Ranks:
         return bad or (["on another learner process"] if float(flag) else [])
 
     def clip_and_step(self, parameters: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer, grad_clip: float,
-                      *, step: int, model: Any) -> float:
+                      *, step: int, model: Any, what: str = "") -> float:
         """``optim.clip_and_step`` over sharded and replicated parameters: the replicated ones'
         gradients averaged over the ranks first, the norm taken over the whole gradient."""
         from torch.distributed.tensor import DTensor
 
         if not any(isinstance(p, DTensor) for p in parameters):  # nothing sharded (one plain process)
-            return clip_and_step(parameters, optimizer, grad_clip, step=step, model=model)
+            return clip_and_step(parameters, optimizer, grad_clip, step=step, model=model, what=what)
 
         grads = [p.grad for p in parameters if p.grad is not None]
         sharded = torch.zeros((), dtype=torch.float64)
@@ -124,28 +131,25 @@ class Ranks:
                 replicated += grad.double().pow(2).sum()
         torch.distributed.all_reduce(sharded)
         norm = float((sharded + replicated).sqrt())
-        check_finite_value(step, "gradient norm", norm)
+        check_finite_value(step, f"{what}gradient norm", norm)
         coefficient = grad_clip / (norm + 1e-6)  # torch's clip_grad_norm_ rule
         if coefficient < 1.0:
             for grad in grads:
                 grad.mul_(coefficient)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        check_finite_parameters(step, model)
+        check_finite_parameters(step, model, f"{what}parameter")
         return norm
 
 
 # -- sharding -------------------------------------------------------------------------------------
 
 
-def shard_blocks(model: Any, world: int, device: str) -> None:
-    """``fully_shard`` every transformer block of ``model`` over ``world`` ranks (in place)."""
+def shard_blocks(decoder: Any, world: int, device: str) -> None:
+    """``fully_shard`` every transformer block of ``decoder`` over ``world`` ranks (in place)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    from streamrl.policy.modeling import decoder_and_head
-
-    decoder, _ = decoder_and_head(model)
     mesh = init_device_mesh("cuda" if device.startswith("cuda") else "cpu", (world,))
     for block in decoder.layers:  # each block is its own FSDP root: keep it sharded after no-grad passes too
         fully_shard(block, mesh=mesh, reshard_after_forward=True)
@@ -153,14 +157,33 @@ def shard_blocks(model: Any, world: int, device: str) -> None:
 
 def sharded_learner(config: Config, canonical: Policy, algorithm: Any, ranks: Ranks, reference: Any = None) -> Learner:
     """A ``Learner`` over a sharded copy of ``canonical``'s model, sharing ``algorithm`` (and
-    ``reference``, a frozen model every rank holds whole)."""
+    ``reference``, a frozen model every rank holds whole); PPO's critic is sharded in place."""
+    from streamrl.policy.modeling import decoder_and_head
     from streamrl.training.assemble import update_config
     from streamrl.training.learner import Learner
 
     policy = copy.copy(canonical)  # the same tokenizer, ids and trained-parameter names
     policy.model = copy.deepcopy(canonical.model) if ranks.rank == 0 else canonical.model
-    shard_blocks(policy.model, ranks.world, config.model.device)
+    shard_blocks(decoder_and_head(policy.model)[0], ranks.world, config.model.device)
+    if algorithm.critic is not None:
+        shard_critic(algorithm.critic, ranks, config.model.device)
     return Learner(algorithm, update_config(config), policy, reference, ranks=ranks)
+
+
+def shard_critic(critic: CriticUpdater, ranks: Ranks, device: str) -> None:
+    """Shard PPO's critic like the policy (a collective): its blocks, then a fresh optimiser over
+    the sharded parameters that takes over the moments by name. Nothing of it stays whole: no
+    engine reads the critic, and checkpoints gather it (``CriticUpdater.state_dict``)."""
+    old = critic.optimizer
+    state = {}
+    if old.state and ranks.rank == 0:
+        state = get_optimizer_state_dict(critic.model, old, options=StateDictOptions(full_state_dict=True))
+    shard_blocks(critic.model.decoder, ranks.world, device)
+    group = old.param_groups[0]
+    critic.optimizer = adamw(critic.model.parameters(), lr=group["lr"], betas=group["betas"],
+                             weight_decay=group["weight_decay"], eps=group["eps"])
+    load_sharded_optimizer(critic.model, critic.optimizer, state if old.state else None)
+    critic.ranks = ranks
 
 
 def gather_trained(sharded: Any, canonical: Any | None) -> None:
@@ -185,20 +208,18 @@ def broadcast_weights(model: Any) -> None:
             torch.distributed.broadcast(tensor, src=0)
 
 
-def optimizer_state(learner: Learner) -> dict[str, Any]:
-    """The optimiser's full state keyed by parameter name (a collective; rank 0 gets it)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-    return get_optimizer_state_dict(learner.model, learner.optimizer,
-                                    options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+def checkpoint_tensors(learner: Learner) -> dict[str, Any]:
+    """What a checkpoint saves beside the policy's weights, gathered from the shards: the optimiser's
+    state keyed by parameter name, PPO's critic (a collective; rank 0's copy is complete)."""
+    optimizer = get_optimizer_state_dict(learner.model, learner.optimizer,
+                                         options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {"optimizer": optimizer, **(learner.critic.state_dict() if learner.critic else {})}
 
 
 def load_sharded_optimizer(model: Any, optimizer: torch.optim.Optimizer, state: dict[str, Any] | None) -> None:
     """Rank 0's full optimiser state (by name; ``{}`` on the other ranks; None: there is none yet)
     into every rank's shards (a collective). The step becomes AdamW's single-tensor one: the fused
     kernel cannot mix sharded and replicated parameters (loading a state runs a step too)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
     def single_tensor() -> None:
         for group in optimizer.param_groups:
             group.update(fused=False, foreach=False)
@@ -264,7 +285,6 @@ class DataParallelLearner:
             load_sharded_optimizer(self.local.model, self.local.optimizer, optimizer or None)
         learner.optimizer.state.clear()  # the shards hold it now
         self.algorithm = learner.algorithm
-        self.critic = learner.critic
 
     @property
     def steps_done(self) -> int:
@@ -285,10 +305,9 @@ class DataParallelLearner:
         return self.local.state_dict()
 
     def tensor_state(self) -> dict[str, Any]:
-        self._send(("optimizer_state", None))
+        self._send(("checkpoint", None))
         with self._watch("checkpoint"):
-            state = {"optimizer": optimizer_state(self.local)}
-        return {**state, **(self.critic.state_dict() if self.critic else {})}
+            return checkpoint_tensors(self.local)
 
     def close(self) -> None:
         for commands, helper in zip(self.commands, self.helpers):
@@ -334,8 +353,6 @@ class DataParallelLearner:
 
 def _named_optimizer_state(learner: Learner) -> dict[str, Any]:
     """Rank 0's (unsharded) optimiser state keyed by parameter name; empty on the other ranks."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
     if not learner.optimizer.state:
         return {}
     return get_optimizer_state_dict(learner.model, learner.optimizer, options=StateDictOptions(full_state_dict=True))
@@ -377,8 +394,8 @@ def _helper_main(rank: int, world: int, port: int, config: Config, state: Any, r
             if kind == "step":
                 learner.step(payload)
                 gather_trained(learner.model, None)
-            elif kind == "optimizer_state":
-                optimizer_state(learner)
+            elif kind == "checkpoint":
+                checkpoint_tensors(learner)
     except TrainingError:  # rank 0 met the same one (a collective told it) and reports it
         pass
     torch.distributed.destroy_process_group()
