@@ -14,7 +14,7 @@ yardstick for the engine here, not a replacement.
 
 Usage: python benchmarks/peer_engine.py [--quick] [--threads N] [--repeats N]
 
-``--quick``: the 64 x 128 workload only, one repetition (about 5 minutes on a quiet 2-core machine:
+``--quick``: the 64 x 128 workload only, one repetition (about 2 minutes on a quiet 2-core machine, 4 on shared cores:
 8,192 tokens per engine at 40-180 tok/s; a smaller workload would not be the one the ratios are
 defined on). The full run adds 64 x 24 and batch 1 x 128. Ends with ``RESULT vs_ct2_fp32=<streamrl
 float32 / CTranslate2 float32> vs_ct2_int8=<streamrl int8 / CTranslate2 int8> ...`` on 64 x 128.
