@@ -30,8 +30,6 @@ def leave_one_out(rewards: torch.Tensor, groups: list[str]) -> torch.Tensor:
 
 class RLOO(Stateless):
     rollout_mode = "group"
-    needs_old_pass = reads_values = measures_drift = False
-    critic = warm_start = auxiliary_loss = None
 
     def __init__(self, config: RLOOConfig, setup: Setup):
         self.group_size = config.group_size

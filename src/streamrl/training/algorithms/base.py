@@ -120,7 +120,22 @@ class Algorithm(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-class Stateless:
+class Defaults:
+    """``Algorithm``'s attributes at their usual values: one trajectory per dispatch, no proximal
+    pass of its own, no value tokens, no drift, and no critic, warm start or auxiliary loss. An
+    algorithm class derives from this (or ``Stateless``) and states only where it differs."""
+
+    rollout_mode: Literal["stream", "group"] = "stream"
+    group_size: int = 1
+    needs_old_pass: bool = False
+    reads_values: bool = False
+    measures_drift: bool = False
+    critic: CriticUpdater | None = None
+    warm_start: WarmStart | None = None
+    auxiliary_loss: AuxiliaryLoss | None = None
+
+
+class Stateless(Defaults):
     """``after_update``, ``state_dict`` and ``load_state_dict`` of an algorithm that keeps nothing
     across steps (its advantages depend on the batch alone, or on a critic the learner keeps)."""
 

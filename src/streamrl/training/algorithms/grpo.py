@@ -13,8 +13,6 @@ from streamrl.training.batch import Batch
 
 class GRPO(Stateless):
     rollout_mode = "group"
-    needs_old_pass = reads_values = measures_drift = False
-    critic = warm_start = auxiliary_loss = None
 
     def __init__(self, config: GRPOConfig, setup: Setup):
         self.config = config

@@ -20,11 +20,9 @@ from streamrl.training.critic import CriticUpdater, ValueTargets
 
 
 class PPO(Stateless):
-    rollout_mode = "stream"
-    group_size = 1
-    # the critic, not the proximal policy, gives V_old: no old pass of its own
-    needs_old_pass = reads_values = measures_drift = False
-    warm_start = auxiliary_loss = None
+    """The critic, not the proximal policy, gives V_old: no old pass of its own."""
+
+    critic: CriticUpdater
 
     def __init__(self, config: PPOConfig, setup: Setup):
         self.config = config

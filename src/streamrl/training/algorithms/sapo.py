@@ -41,12 +41,8 @@ class SAPOTargets:
 
 
 class SAPO(Stateless):
-    rollout_mode = "stream"
-    group_size = 1
     # advantages come from the model's own V_old and Q_old, read in the proximal pass
     needs_old_pass = reads_values = True
-    measures_drift = False
-    critic = warm_start = None
 
     def __init__(self, config: SAPOConfig, setup: Setup):
         if setup.policy.value_token_ids is None:

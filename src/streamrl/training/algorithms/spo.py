@@ -16,17 +16,13 @@ from typing import Any
 from streamrl.algos import SPOTracker
 from streamrl.rollout import PromptSource, Trajectory
 from streamrl.training.algo_config import SPOConfig
-from streamrl.training.algorithms.base import Prepared, Setup
+from streamrl.training.algorithms.base import Defaults, Prepared, Setup
 from streamrl.training.algorithms.single_stream import TrackerSource, baseline_advantages, clamp_reward, offline_prior
 from streamrl.training.batch import Batch
 
 
-class SPO:
-    rollout_mode = "stream"
-    group_size = 1
-    needs_old_pass = reads_values = False
+class SPO(Defaults):
     measures_drift = True
-    critic = auxiliary_loss = None
 
     def __init__(self, config: SPOConfig, setup: Setup):
         self.config = config

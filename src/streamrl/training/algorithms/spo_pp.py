@@ -13,17 +13,12 @@ from typing import Any
 from streamrl.algos import EventTimeTracker
 from streamrl.rollout import PromptSource, Trajectory
 from streamrl.training.algo_config import SPOPlusPlusConfig
-from streamrl.training.algorithms.base import Prepared, Setup
+from streamrl.training.algorithms.base import Defaults, Prepared, Setup
 from streamrl.training.algorithms.single_stream import TrackerSource, baseline_advantages, clamp_reward, offline_prior
 from streamrl.training.batch import Batch
 
 
-class SPOPlusPlus:
-    rollout_mode = "stream"
-    group_size = 1
-    needs_old_pass = reads_values = measures_drift = False
-    critic = auxiliary_loss = None
-
+class SPOPlusPlus(Defaults):
     def __init__(self, config: SPOPlusPlusConfig, setup: Setup):
         self.config = config
         self.setup = setup
