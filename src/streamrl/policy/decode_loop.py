@@ -45,7 +45,23 @@ class _Row:
 
 
 class DecodeLoop:
-    """Owns a model copy, its KV slab and the live rows (see the module docstring)."""
+    """Owns a model copy, its KV slab and the live rows (see the module docstring).
+
+    Args:
+        model: the engine's model copy (``HFEngine`` prepares it).
+        decode: ids -> text, for ``GenerationResult.text`` and stop strings.
+        banned_token_ids: never sampled (SAPO value tokens, vocabulary padding).
+        max_batch_size: rows decoded together at most.
+        prefill_token_budget: most (padded) prompt tokens in one prefill forward.
+        prefix_cache_tokens: most tokens of finished sequences (and shared prompt prefixes) whose
+            KV is kept, so that a prompt extending one (the next turn of a full-history episode)
+            prefills only its new tokens.
+        seed: seeds sampling for requests without their own ``SamplingParams.seed``.
+        int8: quantised rollouts: the projections (all but the MLP's down projection) multiply by int8
+            copies of their weights, made again at each ``update_weights`` (``fused_forward.int8_linear``);
+            behaviour log-probs are the quantised policy's, so the learner's importance weights
+            correct the mismatch.
+    """
 
     def __init__(
         self,

@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -56,15 +55,7 @@ class HFEngine:
     Args:
         model: the engine's own model copy (it is switched to the engine's attention function,
             and a Llama-family model's q/k/v and gate/up weights become views of fused tensors).
-        decode: ids -> text, for ``GenerationResult.text`` and stop strings.
-        banned_token_ids: never sampled (SAPO value tokens, vocabulary padding).
-        max_batch_size: rows decoded together at most.
-        prefill_token_budget: most (padded) prompt tokens in one prefill forward.
-        prefix_cache_tokens: most tokens of finished sequences (and shared prompt prefixes) whose
-            KV is kept, so that a prompt extending one (the next turn of a full-history episode)
-            prefills only its new tokens.
         version: the policy version of ``model``'s weights.
-        seed: seeds sampling for requests without their own ``SamplingParams.seed``.
         threads: torch intra-op threads of the worker thread only (OpenMP keeps the setting per
             thread; None inherits the default). Measured on the 2-core machine: GNU OpenMP gives
             every thread running parallel ops its own helper pool, and once the pools hold more
@@ -72,26 +63,10 @@ class HFEngine:
             ~1.5x slower when the main thread also has a 2-thread pool, and several times slower
             under CPU contention. With a learner training in the same process, give each side 1
             thread; for generation alone, keep the main thread at 1 thread and the engine at 2.
-        int8: quantised rollouts: the projections (all but the MLP's down projection) multiply by int8
-            copies of their weights, made again at each ``update_weights`` (``fused_forward.int8_linear``);
-            behaviour log-probs are the quantised policy's, so the learner's importance weights
-            correct the mismatch.
+        loop_options: ``DecodeLoop``'s keywords (``decode`` is required; see its docstring).
     """
 
-    def __init__(
-        self,
-        model: Any,
-        *,
-        decode: Callable[[list[int]], str],
-        banned_token_ids: Sequence[int] = (),
-        max_batch_size: int = 64,
-        prefill_token_budget: int = 8192,
-        prefix_cache_tokens: int = 1 << 16,
-        version: int = 0,
-        seed: int = 0,
-        threads: int | None = None,
-        int8: bool = False,
-    ):
+    def __init__(self, model: Any, *, version: int = 0, threads: int | None = None, **loop_options: Any):
         if threads is not None and threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         _check_full_attention(model)
@@ -101,16 +76,7 @@ class HFEngine:
         self._model = model
         #: key -> (shape, dtype, device) of the engine model's own tensors
         self._expected = {key: (tuple(t.shape), t.dtype, t.device) for key, t in model.state_dict().items()}
-        self._decode_loop = DecodeLoop(
-            model,
-            decode=decode,
-            banned_token_ids=banned_token_ids,
-            max_batch_size=max_batch_size,
-            prefill_token_budget=prefill_token_budget,
-            prefix_cache_tokens=prefix_cache_tokens,
-            seed=seed,
-            int8=int8,
-        )
+        self._decode_loop = DecodeLoop(model, **loop_options)
         self._decode_loop.version = version
         self._version = version
         self._cond = threading.Condition()
