@@ -30,7 +30,8 @@ import signal
 import sys
 import time
 import traceback
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from ._confine import build_root, drop_privileges, set_parent_death_signal
 from ._lockdown import apply_limits, harden, install_guards
@@ -77,17 +78,22 @@ def _flush_quietly() -> None:
             pass
 
 
-def _start_watchdog(target: Any, limit_s: float | None) -> None:
-    """Every second: kill ``target()`` (a pid) once the parent is gone (this process was
-    re-parented) or, for a one-shot run, once ``limit_s`` has passed, even if nobody enforces
-    it outside."""
+def _guard(target: Callable[[], int], limit_s: float | None) -> None:
+    """Kill ``target()`` (a pid; 0 while there is none yet) on ``STOP_SIGNAL``, and every second
+    check whether the parent is gone (this process was re-parented) or, for a one-shot run,
+    ``limit_s`` has passed, even if nobody enforces it outside, and kill it then too."""
     parent, started = os.getppid(), time.monotonic()
+
+    def stop(*_: Any) -> None:
+        if target():
+            os.kill(target(), signal.SIGKILL)
 
     def check(*_: Any) -> None:
         late = limit_s is not None and time.monotonic() - started > limit_s
         if target() and (late or os.getppid() != parent):
             os.kill(target(), signal.SIGKILL)
 
+    signal.signal(STOP_SIGNAL, stop)
     signal.signal(signal.SIGALRM, check)
     signal.setitimer(signal.ITIMER_REAL, 1.0, 1.0)  # interval timers are not inherited by fork
 
@@ -157,6 +163,16 @@ def _report(status_fd: int, status: int, usage: Any, memory_killed: bool) -> Non
     os.write(status_fd, (json.dumps(report) + "\n").encode())
 
 
+def _reap_and_report(runner: int, config: dict[str, Any], status_fd: int) -> NoReturn:
+    """The init's last part: the runner alone holds the pipes (so the parent sees EOF as soon as
+    it ends); reap until it ends, report its status, exit (which kills whatever it left behind
+    in a private namespace)."""
+    _to_devnull()
+    status, usage, memory_killed = _reap_until(runner, config.get("memory_poll_bytes"))
+    _report(status_fd, status, usage, memory_killed)
+    os._exit(0)
+
+
 def _fork_runner(config: dict[str, Any], source: str | None, status_fd: int) -> int:
     runner = os.fork()
     if runner == 0:
@@ -180,19 +196,9 @@ def _main_plain(config: dict[str, Any]) -> None:
     # STOP_SIGNAL asks the init to kill the runner and reap it itself (a runner killed
     # together with its init would linger as an orphaned zombie for a while)
     runner = 0
-
-    def stop(*_: Any) -> None:
-        if runner:
-            os.kill(runner, signal.SIGKILL)
-
-    signal.signal(STOP_SIGNAL, stop)
-    _start_watchdog(lambda: runner, config.get("watchdog_s"))
+    _guard(lambda: runner, config.get("watchdog_s"))
     runner = _fork_runner(config, source, status_fd)
-    # init: the runner alone holds the pipes, so the parent sees EOF as soon as it ends
-    _to_devnull()
-    status, usage, memory_killed = _reap_until(runner, config.get("memory_poll_bytes"))
-    _report(status_fd, status, usage, memory_killed)
-    os._exit(0)
+    _reap_and_report(runner, config, status_fd)
 
 
 def _pid1(config: dict[str, Any], source: str | None, status_fd: int) -> None:
@@ -210,11 +216,7 @@ def _pid1(config: dict[str, Any], source: str | None, status_fd: int) -> None:
         pass
     drop_privileges(int(settings["uid"]), int(settings["gid"]))
     set_parent_death_signal(signal.SIGKILL)  # after the uid change, which clears it
-    runner = _fork_runner(config, source, status_fd)
-    _to_devnull()
-    status, usage, memory_killed = _reap_until(runner, config.get("memory_poll_bytes"))
-    _report(status_fd, status, usage, memory_killed)
-    os._exit(0)  # the namespace's init: its exit kills whatever the code left behind
+    _reap_and_report(_fork_runner(config, source, status_fd), config, status_fd)
 
 
 def _main_kernel(config: dict[str, Any]) -> None:
@@ -223,13 +225,7 @@ def _main_kernel(config: dict[str, Any]) -> None:
     status_fd = int(config["status_fd"])
     source = _read_code(config)
     pid1 = 0
-
-    def stop(*_: Any) -> None:
-        if pid1:
-            os.kill(pid1, signal.SIGKILL)
-
-    signal.signal(STOP_SIGNAL, stop)
-    _start_watchdog(lambda: pid1, config.get("watchdog_s"))
+    _guard(lambda: pid1, config.get("watchdog_s"))
     unshare(CLONE_NEWPID)
     pid1 = os.fork()
     if pid1 == 0:
