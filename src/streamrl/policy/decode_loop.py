@@ -3,10 +3,10 @@
 ``admit`` prefills new requests (grouped by similar prompt length, left-padded, logits only at the
 last position, after a reused prefix: a kept sequence they extend, or the common prefix of
 prompts admitted together, computed once), samples their first token and drops them into free
-slots; ``step`` advances every live row by one token. Finished rows free their slot immediately and a new request can take it at
-the next ``admit``, so one long answer never holds a batch of short ones hostage. Results are
-handed to each request's ``on_done`` callback. Single-threaded: ``HFEngine`` drives it from its
-worker thread.
+slots; ``step`` advances every live row by one token. Finished rows free their slot at once and a
+new request can take it at the next ``admit``, so one long answer never holds a batch of short ones
+hostage. Results go to each request's ``on_done``. Single-threaded: ``HFEngine`` drives it from
+its worker thread.
 """
 
 from __future__ import annotations
@@ -82,8 +82,10 @@ class DecodeLoop:
         self._cache_arg = cache_argument(self.decoder)
         self._fused = FusedDecoder.build(model, int8=int8)  # None: transformers' forward
         if int8 and self._fused is None:
-            raise ValueError("int8 rollouts need the engine's own forward, which covers Llama-family models "
-                             "(Llama, SmolLM2, Qwen2, Qwen3) only")
+            raise ValueError(
+                "int8 rollouts need the engine's own forward, which covers Llama-family models "
+                "(Llama, SmolLM2, Qwen2, Qwen3) only"
+            )
         # the fused forward's head when it holds its own copy of the weight (packed float32 on CPU, or
         # int8): logits go through it
         head = self._fused.head if self._fused is not None else None
@@ -107,7 +109,13 @@ class DecodeLoop:
         self.prefixes = PrefixStore(prefix_cache_tokens)
         self._logits: torch.Tensor | None = None  # the decode step's logits buffer (_decode_logits)
         self._version = 0
-        self.stats = {"decode_steps": 0, "generated_tokens": 0, "prefill_tokens": 0, "reused_tokens": 0, "slot_steps": 0}
+        self.stats = {
+            "decode_steps": 0,
+            "generated_tokens": 0,
+            "prefill_tokens": 0,
+            "reused_tokens": 0,
+            "slot_steps": 0,
+        }
 
     # -- public ------------------------------------------------------------------------------------
 
@@ -136,7 +144,7 @@ class DecodeLoop:
         for request, deliver in items:
             row = _Row(request, deliver, self.version, None)
             try:
-                problem = self._validate(request)
+                problem = request.problem(self.vocab_size, self.max_positions, self._banned_set)
                 row.generator = self._row_generator(request)
             except Exception as exc:  # not even shaped like a GenerationRequest
                 problem = f"invalid request: {exc!r}"
@@ -206,11 +214,9 @@ class DecodeLoop:
             input_ids, mask, positions, _ = layout([tokens], [length])
             cache = PrefillCache(self.num_layers)
             self._forward(input_ids, mask[:, None], positions, cache)
-            # own storage: a view would pin the whole forward's q/k/v output
-            # the forward filled every layer
-            filled_keys = cast("list[torch.Tensor]", cache.keys)
-            filled_values = cast("list[torch.Tensor]", cache.values)
-            keys, values = [k[0].clone() for k in filled_keys], [v[0].clone() for v in filled_values]
+            # own storage (a view would pin the whole forward's q/k/v output); every layer is filled
+            keys = [k[0].clone() for k in cast("list[torch.Tensor]", cache.keys)]
+            values = [v[0].clone() for v in cast("list[torch.Tensor]", cache.values)]
             self.prefixes.keep(tokens, keys, values, shared=True)
             self.stats["prefill_tokens"] += length
             for i in members:
@@ -249,7 +255,9 @@ class DecodeLoop:
             self.rows[row.slot] = row
             taken.add(i)
 
-    def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
+    def _forward(
+        self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any
+    ) -> torch.Tensor:
         """The decoder's last hidden states over explicit ids, 4D bool mask and positions (only
         the last position's are meaningful, and all ``FusedDecoder`` returns)."""
         if self._fused is not None:
@@ -310,10 +318,6 @@ class DecodeLoop:
             self._logits = torch.empty(self.max_batch_size, self.vocab_size, dtype=hidden.dtype, device=self.device)
         return torch.mm(hidden, self.head.weight.t(), out=self._logits[:rows])
 
-    def _mostly_empty(self) -> bool:
-        """More empty slots than live ones: worth a compacting copy (it halves the work per step)."""
-        return self.slab.slots - len(self.rows) > max(len(self.rows), 4)
-
     # -- shared ----------------------------------------------------------------------------------
 
     def _sample_and_check(self, rows: list[_Row], logits: torch.Tensor, positions: list[int] | None) -> list[_Row]:
@@ -343,8 +347,7 @@ class DecodeLoop:
         return going
 
     def _keep_prefix(self, row: _Row) -> None:
-        """Keep a finished row's KV (prompt and answer but its last token, never fed) for a
-        prompt that continues it."""
+        """Keep a finished row's KV (all but its last token, never fed) for a prompt continuing it."""
         slot = row.slot
         if self.rows.get(slot) is not row:  # finished at prefill: not in the slab
             return
@@ -410,7 +413,8 @@ class DecodeLoop:
         slab = self.slab
         live_slots = sorted(self.rows)
         free = slab.slots - len(live_slots)
-        compact = new_rows == 0 and self._mostly_empty()
+        # between steps, more empty slots than live ones: worth a compacting copy (halves a step's work)
+        compact = new_rows == 0 and free > max(len(live_slots), 4)
         columns_ok = slab.end >= prompt_width and slab.end + 1 <= slab.capacity
         if slab.slots and free >= new_rows and columns_ok and not compact:
             return
@@ -430,25 +434,6 @@ class DecodeLoop:
     def _row_generator(self, request: GenerationRequest) -> torch.Generator | None:
         seed = request.sampling.seed
         return None if seed is None else torch.Generator(device=self.device).manual_seed(seed)
-
-    def _validate(self, request: GenerationRequest) -> str | None:
-        """Why ``request`` cannot run, or None."""
-        sampling, prompt = request.sampling, request.prompt_ids
-        if not prompt:
-            return "prompt_ids is empty"
-        if any(not isinstance(t, int) or t < 0 or t >= self.vocab_size for t in prompt):
-            return f"prompt_ids must be ints in [0, {self.vocab_size - 1}]"
-        if self._banned_set.intersection(prompt):
-            return f"prompt_ids contain banned ids {sorted(self._banned_set.intersection(prompt))}"
-        if len(prompt) >= self.max_positions:
-            return f"prompt of {len(prompt)} tokens leaves no room under max positions {self.max_positions}"
-        if sampling.temperature < 0:
-            return f"temperature must be >= 0, got {sampling.temperature}"
-        if not 0 < sampling.top_p <= 1:
-            return f"top_p must be in (0, 1], got {sampling.top_p}"
-        if sampling.max_new_tokens < 0:
-            return f"max_new_tokens must be >= 0, got {sampling.max_new_tokens}"
-        return None
 
 
 def _new_tokens(row: _Row) -> int:
