@@ -21,7 +21,6 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(PY) -m pytest -q
 

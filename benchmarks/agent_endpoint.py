@@ -29,22 +29,10 @@ from streamrl.policy.protocols import GenerationRequest, SamplingParams
 from streamrl.policy.tool_format import resolve_tool_format
 from streamrl.rollout.trajectory import DispatchRecord
 
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "take",
-        "description": "Take an object.",
-        "parameters": {
-            "type": "object",
-            "properties": {"object": {"type": "string", "description": "the object"}},
-            "required": ["object"],
-        },
-    },
-}
-MESSAGES = [
-    {"role": "system", "content": "You are an agent in a room."},
-    {"role": "user", "content": "Take the mug. You see: pen, mug, egg. Call take with the object."},
-]
+TOOL = {"type": "function", "function": {"name": "take", "description": "Take an object.", "parameters": {
+    "type": "object", "properties": {"object": {"type": "string", "description": "the object"}}, "required": ["object"]}}}
+MESSAGES = [{"role": "system", "content": "You are an agent in a room."},
+            {"role": "user", "content": "Take the mug. You see: pen, mug, egg. Call take with the object."}]
 
 
 async def measure(calls: int, concurrency: int, new_tokens: int, repetitions: int) -> dict[str, float]:
@@ -55,12 +43,8 @@ async def measure(calls: int, concurrency: int, new_tokens: int, repetitions: in
     prompt = policy.encode_chat(MESSAGES, tools=[TOOL])
 
     async def direct(n: int) -> None:  # what the endpoint asks of the engine for the same call
-        sampling = SamplingParams(
-            temperature=0.0,
-            max_new_tokens=new_tokens,
-            stop_token_ids=(policy.end_of_turn_id,),
-            stop_strings=(f"@@never{n}@@",),
-        )
+        sampling = SamplingParams(temperature=0.0, max_new_tokens=new_tokens, stop_token_ids=(policy.end_of_turn_id,),
+                                  stop_strings=(f"@@never{n}@@",))
         await engine.generate(GenerationRequest(f"d{n}", list(prompt), sampling))
 
     session = endpoint.sessions.open(Session("bench", DispatchRecord("r", "t", 0, 0), {"id": "t"}, temperature=0.0))
@@ -68,9 +52,8 @@ async def measure(calls: int, concurrency: int, new_tokens: int, repetitions: in
 
     async def through(n: int) -> None:
         # a distinct stop string per call keeps retry detection out of the way; it never matches
-        await client.chat.completions.create(
-            model="m", messages=MESSAGES, tools=[TOOL], max_tokens=new_tokens, stop=[f"@@never{n}@@"]
-        )
+        await client.chat.completions.create(model="m", messages=MESSAGES, tools=[TOOL], max_tokens=new_tokens,
+                                             stop=[f"@@never{n}@@"])
 
     async def timed(one, parallel: int) -> float:
         started = time.perf_counter()
@@ -105,16 +88,12 @@ def main() -> None:
     calls, repetitions = (16, 3) if args.quick else (args.calls, 5)
     m = asyncio.run(measure(calls, args.concurrency, args.new_tokens, repetitions))
     overhead_ms = 1000 * (m["endpoint_seq"] - m["direct_seq"]) / calls
-    print(
-        f"processor: {processor_name()}; {calls} calls, {args.new_tokens} new tokens max "
-        f"(endpoint calls averaged {m['mean_new_tokens']:.1f}), medians of {repetitions}"
-    )
+    print(f"processor: {processor_name()}; {calls} calls, {args.new_tokens} new tokens max "
+          f"(endpoint calls averaged {m['mean_new_tokens']:.1f}), medians of {repetitions}")
     for key in ("direct_seq", "endpoint_seq", "direct_conc", "endpoint_conc"):
         print(f"  {key:14s} {m[key]:.3f} s  ({1000 * m[key] / calls:.1f} ms/call)")
-    print(
-        f"RESULT overhead_ms={overhead_ms:.2f} ratio_seq={m['endpoint_seq'] / m['direct_seq']:.3f} "
-        f"ratio_conc={m['endpoint_conc'] / m['direct_conc']:.3f}"
-    )
+    print(f"RESULT overhead_ms={overhead_ms:.2f} ratio_seq={m['endpoint_seq'] / m['direct_seq']:.3f} "
+          f"ratio_conc={m['endpoint_conc'] / m['direct_conc']:.3f}")
 
 
 if __name__ == "__main__":

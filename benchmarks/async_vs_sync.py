@@ -74,9 +74,7 @@ class LatencyEnv(Env):
 
     def step(self, action: str) -> StepResult:
         self._step += 1
-        time.sleep(
-            self._scale * self._rng.lognormvariate(math.log(self.workload.tool_median_s), self.workload.tool_sigma)
-        )
+        time.sleep(self._scale * self._rng.lognormvariate(math.log(self.workload.tool_median_s), self.workload.tool_sigma))
         done = self._step >= self.workload.turns
         return StepResult(f"result {self._step}", float(done), done, False, {"won": done})
 
@@ -102,16 +100,9 @@ class PlainPrompts(PromptBuilder):
 
 async def measure(mode: str, workload: Workload, trajectories: int, concurrency: int) -> dict[str, float]:
     engine = ScriptedEngine(lambda prompt: "act", latency_s=workload.generate_s)
-    group = (
-        dict(mode="group", group_size=4, max_staleness=0) if mode == "sync" else dict(mode="stream", max_staleness=4)
-    )
-    settings = RolloutSettings(
-        concurrency=concurrency,
-        batch_size=concurrency,
-        seed=workload.seed,
-        episode=EpisodeSettings(max_turns=workload.turns, env_timeout_s=60),
-        **group,
-    )
+    group = dict(mode="group", group_size=4, max_staleness=0) if mode == "sync" else dict(mode="stream", max_staleness=4)
+    settings = RolloutSettings(concurrency=concurrency, batch_size=concurrency, seed=workload.seed,
+                               episode=EpisodeSettings(max_turns=workload.turns, env_timeout_s=60), **group)
     rollout = Rollout(
         engine=engine,
         codec=engine.codec,
@@ -156,28 +147,20 @@ def main() -> None:
     results = {mode: asyncio.run(measure(mode, workload, trajectories, concurrency)) for mode in ("stream", "sync")}
     ideal = trajectories * workload.expected_episode_s() / concurrency
     stream, sync = results["stream"], results["sync"]
-    print(
-        f"async_vs_sync: {trajectories} trajectories, {concurrency} slots, batch {concurrency}, "
-        f"{workload.turns} turns/episode, E[episode] {workload.expected_episode_s() * 1e3:.0f} ms "
-        f"({workload.slow_fraction:.0%} of episodes {workload.slow_factor:.0f}x slower)"
-    )
+    print(f"async_vs_sync: {trajectories} trajectories, {concurrency} slots, batch {concurrency}, "
+          f"{workload.turns} turns/episode, E[episode] {workload.expected_episode_s() * 1e3:.0f} ms "
+          f"({workload.slow_fraction:.0%} of episodes {workload.slow_factor:.0f}x slower)")
     print(f"{'mode':<8}{'wall_s':>9}{'traj/s':>9}{'slot_util':>11}{'mean_work_ms':>14}{'excluded':>10}")
     for name, row in results.items():
-        print(
-            f"{name:<8}{row['wall_s']:>9.2f}{row['delivered'] / row['wall_s']:>9.1f}{row['utilisation']:>11.2f}"
-            f"{row['mean_work_s'] * 1e3:>14.1f}{row['excluded']:>10.2f}"
-        )
+        print(f"{name:<8}{row['wall_s']:>9.2f}{row['delivered'] / row['wall_s']:>9.1f}{row['utilisation']:>11.2f}"
+              f"{row['mean_work_s'] * 1e3:>14.1f}{row['excluded']:>10.2f}")
     print(f"{'ideal':<8}{ideal:>9.2f}{trajectories / ideal:>9.1f}{1.0:>11.2f}")
     speedup = sync["wall_s"] / stream["wall_s"]
-    print(
-        f"speedup (sync wall / stream wall): {speedup:.2f}x; stream reaches {ideal / stream['wall_s']:.2f} of the "
-        f"ideal throughput, sync {ideal / sync['wall_s']:.2f}"
-    )
-    print(
-        f"RESULT speedup={speedup:.2f} stream_utilisation={stream['utilisation']:.3f} "
-        f"sync_utilisation={sync['utilisation']:.3f} stream_vs_ideal={ideal / stream['wall_s']:.3f} "
-        f"stream_excluded={stream['excluded']:.3f}"
-    )
+    print(f"speedup (sync wall / stream wall): {speedup:.2f}x; stream reaches {ideal / stream['wall_s']:.2f} of the "
+          f"ideal throughput, sync {ideal / sync['wall_s']:.2f}")
+    print(f"RESULT speedup={speedup:.2f} stream_utilisation={stream['utilisation']:.3f} "
+          f"sync_utilisation={sync['utilisation']:.3f} stream_vs_ideal={ideal / stream['wall_s']:.3f} "
+          f"stream_excluded={stream['excluded']:.3f}")
 
 
 if __name__ == "__main__":

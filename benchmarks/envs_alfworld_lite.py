@@ -64,10 +64,8 @@ def main() -> None:
     base = random_steps_per_second(False, episodes // 2)
     with_plan = random_steps_per_second(True, episodes // 2)
     print(f"reset + expert episode: {episode_ms:.2f} ms")
-    print(
-        f"random-policy step: {1e6 / base:.0f} us without expert_plan in info (baseline), "
-        f"{1e6 / with_plan:.0f} us with it: {base / with_plan:.2f}x the baseline cost"
-    )
+    print(f"random-policy step: {1e6 / base:.0f} us without expert_plan in info (baseline), "
+          f"{1e6 / with_plan:.0f} us with it: {base / with_plan:.2f}x the baseline cost")
 
     results: dict[str, float] = {
         "episode_ms": round(episode_ms, 3),
@@ -80,10 +78,8 @@ def main() -> None:
             won = [steps for ok, steps in outcomes if ok]
             rate = len(won) / len(outcomes)
             mean = statistics.mean(won) if won else float("nan")
-            print(
-                f"{split:6s} {policy:6s}: success {len(won)}/{len(outcomes)} ({rate:.1%}), "
-                f"mean steps when won {mean:.1f}"
-            )
+            print(f"{split:6s} {policy:6s}: success {len(won)}/{len(outcomes)} ({rate:.1%}), "
+                  f"mean steps when won {mean:.1f}")
             results[f"{split}_{policy}_success"] = round(rate, 4)
             results[f"{split}_{policy}_steps"] = round(mean, 2)
     print("RESULT " + " ".join(f"{key}={value}" for key, value in results.items()))

@@ -101,9 +101,7 @@ def generate_tokens_per_s(policy, prompts: list[list[int]], tokens: int, repeats
     return rate
 
 
-async def engine_tokens_per_s(
-    engine: HFEngine, prompts: list[list[int]], tokens: int, concurrency: int, rate: Rate
-) -> None:
+async def engine_tokens_per_s(engine: HFEngine, prompts: list[list[int]], tokens: int, concurrency: int, rate: Rate) -> None:
     sampling = SamplingParams(temperature=1.0, max_new_tokens=tokens)
     requests = [GenerationRequest(f"bench-{concurrency}-{i}", prompts[i], sampling) for i in range(concurrency)]
     rate.start()
@@ -139,21 +137,13 @@ def bench_model(
             rate = Rate()
             for _ in range(repeats):
                 await engine_tokens_per_s(engine, prompts, tokens, n, rate)
-            print(
-                f"{'engine, ' + str(n) + ' concurrent':>24}: {rate}  = {rate.wall / single.wall:5.2f}x bs1 "
-                f"({rate.cpu / single.cpu:5.2f}x per CPU-s)"
-            )
+            print(f"{'engine, ' + str(n) + ' concurrent':>24}: {rate}  = {rate.wall / single.wall:5.2f}x bs1 "
+                  f"({rate.cpu / single.cpu:5.2f}x per CPU-s)")
         await engine.close()
-        print(
-            f"{'':>24}  engine / static batched generate at {top}: {rate.wall / batched.wall:5.2f}x "
-            f"({rate.cpu / batched.cpu:5.2f}x per CPU-s)"
-        )
-        return {
-            "speedup": rate.wall / single.wall,
-            "hf_batched_speedup": rate.wall / batched.wall,
-            "cpu_speedup": rate.cpu / single.cpu,
-            "cpu_hf_batched_speedup": rate.cpu / batched.cpu,
-        }
+        print(f"{'':>24}  engine / static batched generate at {top}: {rate.wall / batched.wall:5.2f}x "
+              f"({rate.cpu / batched.cpu:5.2f}x per CPU-s)")
+        return {"speedup": rate.wall / single.wall, "hf_batched_speedup": rate.wall / batched.wall,
+                "cpu_speedup": rate.cpu / single.cpu, "cpu_hf_batched_speedup": rate.cpu / batched.cpu}
 
     return asyncio.run(run())
 
@@ -161,8 +151,7 @@ def bench_model(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--quick",
-        action="store_true",
+        "--quick", action="store_true",
         help="64 concurrent only, 24 new tokens, one run per point (under a minute on a quiet 2-core machine; "
         "the shared prefill weighs more, so ratios come out lower than in the full run)",
     )
@@ -202,9 +191,7 @@ def main() -> None:
     keys = ("speedup", "hf_batched_speedup", "cpu_speedup", "cpu_hf_batched_speedup")
     fields = [f"{key}={headline.get(key, float('nan')):.2f}" for key in keys]
     fields += [f"concurrency={max(concurrency)}", f"tokens={tokens}", f"dtype={dtype}"]
-    fields += [
-        f"{spec.split('-')[0]}_{key}={value:.2f}" for spec, ratios in results.items() for key, value in ratios.items()
-    ]
+    fields += [f"{spec.split('-')[0]}_{key}={value:.2f}" for spec, ratios in results.items() for key, value in ratios.items()]
     fields.append(f"wall_s={time.perf_counter() - started:.0f}")
     print("RESULT " + " ".join(fields))
 

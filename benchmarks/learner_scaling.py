@@ -74,9 +74,7 @@ def local_bytes(tensor: torch.Tensor) -> int:
     return local.numel() * local.element_size()
 
 
-def run_rank(
-    rank: int, world: int, port: int, spec: str, shape: tuple[int, int, int, int], threads: int, results
-) -> None:
+def run_rank(rank: int, world: int, port: int, spec: str, shape: tuple[int, int, int, int], threads: int, results) -> None:
     torch.set_num_threads(threads)
     sampler = PeakSampler()
     policy = load_policy(spec, dtype="float32")
@@ -101,22 +99,14 @@ def run_rank(
         nonlocal state_bytes
         for part, live in ranks.share(micros):
             width = int(attention[part].sum(-1).max())
-            out = forward_for_loss(
-                model,
-                ids[part, :width],
-                attention[part, :width],
-                token_mask=action[part, :width],
-                excluded_ids=tuple(policy.banned_token_ids),
-                with_entropy=True,
-            )
+            out = forward_for_loss(model, ids[part, :width], attention[part, :width], token_mask=action[part, :width],
+                                   excluded_ids=tuple(policy.banned_token_ids), with_entropy=True)
             loss = -out.logprobs[action[part, :width]].sum() / total
             (loss * ranks.loss_weight(live)).backward()
         # the parameter-and-optimiser share at its peak: gradients present, moments allocated
         grads = sum(local_bytes(p.grad) for p in parameters if p.grad is not None)
         ranks.clip_and_step(parameters, optimizer, 1.0, step=step, model=model)
-        moments = sum(
-            local_bytes(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.dim()
-        )
+        moments = sum(local_bytes(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.dim())
         state_bytes = sum(local_bytes(p) for p in model.parameters()) + grads + moments
 
     update(1)
@@ -133,12 +123,8 @@ def run_rank(
 def measure(world: int, spec: str, shape: tuple[int, int, int, int], cores: int) -> list[dict[str, float]]:
     manager = mp.get_context("spawn").Manager()
     results = manager.dict()
-    mp.start_processes(
-        run_rank,
-        args=(world, free_port(), spec, shape, max(1, cores // world), results),
-        nprocs=world,
-        start_method="spawn",
-    )
+    mp.start_processes(run_rank, args=(world, free_port(), spec, shape, max(1, cores // world), results),
+                       nprocs=world, start_method="spawn")
     return [dict(results[rank]) for rank in range(world)]
 
 
@@ -151,20 +137,16 @@ def main() -> None:
     cores = os.cpu_count() or 2
     # rows, shortest, longest, rows per micro-batch
     shape = (4, 64, 192, 1) if args.quick else (16, 128, 512, 2)
-    print(
-        f"processor: {processor_name()}; {cores} cores shared by the learner processes; model {args.model} "
-        f"trained whole; {shape[0]} rows of {shape[1]}-{shape[2]} tokens, micro-batches of {shape[3]}"
-    )
+    print(f"processor: {processor_name()}; {cores} cores shared by the learner processes; model {args.model} "
+          f"trained whole; {shape[0]} rows of {shape[1]}-{shape[2]} tokens, micro-batches of {shape[3]}")
     runs = {world: measure(world, args.model, shape, cores) for world in (1, 2)}
     mib = 1 << 20
     for world, ranks in runs.items():
         for rank, result in enumerate(ranks):
             other = result["peak_rss"] - result["state_bytes"]
-            print(
-                f"N={world} rank {rank}: update {result['update_s']:.2f} s, parameters+gradients+moments "
-                f"{result['state_bytes'] / mib:7.1f} MiB, peak resident {result['peak_rss'] / mib:7.1f} MiB "
-                f"(the rest {other / mib:7.1f} MiB)"
-            )
+            print(f"N={world} rank {rank}: update {result['update_s']:.2f} s, parameters+gradients+moments "
+                  f"{result['state_bytes'] / mib:7.1f} MiB, peak resident {result['peak_rss'] / mib:7.1f} MiB "
+                  f"(the rest {other / mib:7.1f} MiB)")
     one, two = runs[1][0], runs[2]
     largest = max(two, key=lambda r: r["state_bytes"])
     fields = {

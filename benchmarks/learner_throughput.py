@@ -91,12 +91,8 @@ def bench_model(spec: str, rows: int, shortest: int, longest: int, micro: int, p
         for part in parts:
             width = int(attention[part].sum(-1).max())
             out = forward_for_loss(
-                model,
-                ids[part, :width],
-                attention[part, :width],
-                token_mask=action[part, :width],
-                excluded_ids=tuple(policy.banned_token_ids),
-                with_entropy=True,
+                model, ids[part, :width], attention[part, :width], token_mask=action[part, :width],
+                excluded_ids=tuple(policy.banned_token_ids), with_entropy=True,
             )
             mask = action[part, :width]
             loss = -(out.logprobs[mask].sum() + 0.01 * out.entropy[mask].sum()) / float(action.sum())
@@ -122,12 +118,8 @@ def bench_model(spec: str, rows: int, shortest: int, longest: int, micro: int, p
         f"   update {elapsed:.2f} s: {tokens / elapsed:8.1f} tok/s, {gflops:6.1f} GFLOP/s = {gflops / peak:.0%} of peak\n"
         f"   per CPU-second ({cpu:.2f} s): {cpu_gflops:6.1f} GFLOP/s = {cpu_gflops / peak:.0%} of peak"
     )
-    return {
-        "tokens_per_s": tokens / elapsed,
-        "gflops": gflops,
-        "peak_fraction": gflops / peak,
-        "cpu_peak_fraction": cpu_gflops / peak,
-    }
+    return {"tokens_per_s": tokens / elapsed, "gflops": gflops, "peak_fraction": gflops / peak,
+            "cpu_peak_fraction": cpu_gflops / peak}
 
 
 def main() -> None:
@@ -157,9 +149,7 @@ def main() -> None:
     headline = results.get("smollm2-135m", results.get("tiny", {}))
     fields = [f"{key}={headline.get(key, float('nan')):.2f}" for key in ("peak_fraction", "cpu_peak_fraction")]
     fields.append(f"peak_gflops={peak:.1f}")
-    fields += [
-        f"{spec.split('-')[0]}_{key}={value:.2f}" for spec, values in results.items() for key, value in values.items()
-    ]
+    fields += [f"{spec.split('-')[0]}_{key}={value:.2f}" for spec, values in results.items() for key, value in values.items()]
     fields.append(f"wall_s={time.perf_counter() - started:.0f}")
     print("RESULT " + " ".join(fields))
 

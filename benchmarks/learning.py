@@ -43,24 +43,11 @@ ALGORITHMS = ("spo", "spo++", "grpo", "ppo", "sapo")
 REPO = Path(__file__).resolve().parents[1]
 
 QUICK = [
-    "env.name=pick_object",
-    "env.prompt={}",
-    "env.parser={}",
-    "env.train_tasks=64",
-    "env.eval_tasks=200",
-    "sft.source=expert",
-    "sft.demos=160",
-    "sft.epochs=3",
-    "sft.lr=3e-3",
-    "sft.batch_size=8",
-    "rollout.max_new_tokens=8",
-    "rollout.concurrency=16",
-    "rollout.max_staleness=1",
-    "train.batch_size=16",
-    "train.checkpoint_every=0",
-    "optim.lr=5e-4",
-    "optim.micro_batch_size=16",
-    "eval.greedy=false",
+    "env.name=pick_object", "env.prompt={}", "env.parser={}", "env.train_tasks=64", "env.eval_tasks=200",
+    "sft.source=expert", "sft.demos=160", "sft.epochs=3", "sft.lr=3e-3", "sft.batch_size=8",
+    "rollout.max_new_tokens=8", "rollout.concurrency=16", "rollout.max_staleness=1",
+    "train.batch_size=16", "train.checkpoint_every=0",
+    "optim.lr=5e-4", "optim.micro_batch_size=16", "eval.greedy=false",
     "logging.samples_every=0",
 ]
 
@@ -69,10 +56,7 @@ def settings(quick: bool, seed: int, steps: int | None) -> tuple[str, list[str]]
     if quick:
         return str(REPO / "configs" / "smoke.yaml"), [*QUICK, f"train.steps={steps or 75}", f"train.seed={seed}"]
     return str(REPO / "configs" / "default.yaml"), [
-        f"train.steps={steps or 40}",
-        "train.checkpoint_every=0",
-        "eval.greedy=true",
-        f"train.seed={seed}",
+        f"train.steps={steps or 40}", "train.checkpoint_every=0", "eval.greedy=true", f"train.seed={seed}",
     ]
 
 
@@ -91,9 +75,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="pick_object toy, under a minute")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--steps", type=int, default=None, help="RL steps per algorithm (default 75 quick, 40 otherwise)"
-    )
+    parser.add_argument("--steps", type=int, default=None, help="RL steps per algorithm (default 75 quick, 40 otherwise)")
     parser.add_argument("--out", default=None, help="keep the runs here (default: a temporary folder)")
     args = parser.parse_args()
     from transformers.utils import logging as hf_logging
@@ -104,28 +86,21 @@ def main() -> int:
     root.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     init = warm_start(load_config(base, overrides), root / "warm_start")
-    print(
-        f"benchmark: {'quick (pick_object, sampled eval)' if args.quick else 'default (alfworld_lite, greedy eval)'}; "
-        f"seed {args.seed}; processor {processor_name()}; warm start {init}",
-        flush=True,
-    )
+    print(f"benchmark: {'quick (pick_object, sampled eval)' if args.quick else 'default (alfworld_lite, greedy eval)'}; "
+          f"seed {args.seed}; processor {processor_name()}; warm start {init}", flush=True)
     gains: dict[str, float] = {}
     # one baseline for every learner: the shared warm start, evaluated once (as the runs evaluate)
     before = evaluate(load_config(base, [*overrides, f"model.init_from={init}"]))["success"]
     print(f"warm start held-out {100 * before:5.1f}%", flush=True)
     for algo in ALGORITHMS:
-        config = load_config(
-            base, [*overrides, f"model.init_from={init}", "sft.demos=0", "train.eval_at_start=false"], algo=algo
-        )
+        config = load_config(base, [*overrides, f"model.init_from={init}", "sft.demos=0", "train.eval_at_start=false"],
+                             algo=algo)
         t0 = time.perf_counter()
         summary = asyncio.run(train(config, root / algo, echo=lambda *_: None))
         after = summary["eval_after"]["success"]
         gains[algo] = 100 * (after - before)
-        print(
-            f"{algo:6s} held-out {100 * before:5.1f}% -> {100 * after:5.1f}%  gain {gains[algo]:+6.1f} points  "
-            f"({config.train.steps} steps x {config.train.batch_size}, {time.perf_counter() - t0:.0f} s)",
-            flush=True,
-        )
+        print(f"{algo:6s} held-out {100 * before:5.1f}% -> {100 * after:5.1f}%  gain {gains[algo]:+6.1f} points  "
+              f"({config.train.steps} steps x {config.train.batch_size}, {time.perf_counter() - t0:.0f} s)", flush=True)
     print(f"total {time.perf_counter() - started:.0f} s; runs in {root}")
     fields = " ".join(f"{algo}_gain={gains[algo]:.1f}" for algo in ALGORITHMS)
     print(f"RESULT {fields} warm_start={100 * before:.1f}")

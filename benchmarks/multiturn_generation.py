@@ -82,9 +82,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer episodes and tokens (under a minute)")
     parser.add_argument("--model", default="all", choices=["tiny", "smollm2-135m", "all"])
     parser.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"])
-    parser.add_argument(
-        "--episodes", type=int, default=None, help="concurrent episodes (default: tiny 16, smollm2 8; quick 8, 1)"
-    )
+    parser.add_argument("--episodes", type=int, default=None, help="concurrent episodes (default: tiny 16, smollm2 8; quick 8, 1)")
     parser.add_argument("--turns", type=int, default=12)
     parser.add_argument("--tokens", type=int, default=None, help="new tokens per turn (default 16, quick 8)")
     args = parser.parse_args()

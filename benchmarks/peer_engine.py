@@ -47,9 +47,7 @@ def ct2_generators(policy, threads: int) -> dict:
     import ctranslate2
     from ctranslate2.converters import TransformersConverter
 
-    digest = hashlib.sha256(
-        b"".join(t.detach().numpy().tobytes()[:4096] for t in policy.model.state_dict().values())
-    ).hexdigest()[:12]
+    digest = hashlib.sha256(b"".join(t.detach().numpy().tobytes()[:4096] for t in policy.model.state_dict().values())).hexdigest()[:12]
     generators = {}
     for name, compute in CT2_TYPES.items():
         folder = CACHE / f"smollm2-{digest}-{compute}"
@@ -58,23 +56,16 @@ def ct2_generators(policy, threads: int) -> dict:
             if not (exported / "config.json").is_file():
                 export_policy(policy, exported)
             TransformersConverter(str(exported)).convert(str(folder), quantization=compute, force=True)
-        generators[name] = ctranslate2.Generator(
-            str(folder), device="cpu", compute_type=compute, intra_threads=threads, inter_threads=1
-        )
+        generators[name] = ctranslate2.Generator(str(folder), device="cpu", compute_type=compute,
+                                                 intra_threads=threads, inter_threads=1)
     return generators
 
 
 def ct2_tokens_per_s(generator, tokens_in: list[list[str]], new_tokens: int) -> float:
     started = time.perf_counter()
-    results = generator.generate_batch(
-        tokens_in,
-        max_length=new_tokens,
-        min_length=new_tokens,
-        sampling_topk=0,
-        sampling_temperature=1.0,
-        include_prompt_in_result=False,
-        max_batch_size=len(tokens_in),
-    )
+    results = generator.generate_batch(tokens_in, max_length=new_tokens, min_length=new_tokens, sampling_topk=0,
+                                       sampling_temperature=1.0, include_prompt_in_result=False,
+                                       max_batch_size=len(tokens_in))
     produced = sum(len(r.sequences_ids[0]) for r in results)
     if produced != new_tokens * len(tokens_in):
         raise RuntimeError(f"CTranslate2 generated {produced} tokens, not {new_tokens} x {len(tokens_in)}")
@@ -96,17 +87,13 @@ def main() -> None:
     policy = load_policy("smollm2-135m", dtype="float32")
     prompts = [policy.encode_chat([{"role": "user", "content": PROMPT.format(i=i)}]) for i in range(64)]
     as_tokens = [policy.tokenizer.convert_ids_to_tokens(p) for p in prompts]
-    ours = {
-        "streamrl_fp32": HFEngine.from_policy(policy, max_batch_size=64, threads=args.threads),
-        "streamrl_int8": HFEngine.from_policy(policy, max_batch_size=64, threads=args.threads, int8=True),
-    }
+    ours = {"streamrl_fp32": HFEngine.from_policy(policy, max_batch_size=64, threads=args.threads),
+            "streamrl_int8": HFEngine.from_policy(policy, max_batch_size=64, threads=args.threads, int8=True)}
     theirs = ct2_generators(policy, args.threads)
     workloads = [(64, 128)] if args.quick else [(64, 128), (64, 24), (1, 128)]
     repeats = args.repeats or (1 if args.quick else 3)
-    print(
-        f"processor: {processor_name()}; SmolLM2-135M-Instruct, {args.threads} threads per engine; "
-        f"prompts of {len(prompts[0])}-{max(map(len, prompts))} tokens"
-    )
+    print(f"processor: {processor_name()}; SmolLM2-135M-Instruct, {args.threads} threads per engine; "
+          f"prompts of {len(prompts[0])}-{max(map(len, prompts))} tokens")
     best: dict[str, dict[str, float]] = {}
 
     async def warm_up() -> None:
@@ -130,18 +117,13 @@ def main() -> None:
     for engine in ours.values():
         engine.close_sync()
     for key, rates in best.items():
-        print(
-            f"{key:>6}: " + ", ".join(f"{name} {value:.1f}" for name, value in rates.items()) + f" (best of {repeats})"
-        )
+        print(f"{key:>6}: " + ", ".join(f"{name} {value:.1f}" for name, value in rates.items()) + f" (best of {repeats})")
     head = best["64x128"]
-    fields = [
-        f"vs_ct2_fp32={head['streamrl_fp32'] / head['ct2_fp32']:.2f}",
-        f"vs_ct2_int8={head['streamrl_int8'] / head['ct2_int8']:.2f}",
-        f"int8_speedup={head['streamrl_int8'] / head['streamrl_fp32']:.2f}",
-        *(f"{name}_{key}={value:.1f}" for key, rates in best.items() for name, value in rates.items()),
-        f"threads={args.threads}",
-        f"wall_s={time.perf_counter() - started:.0f}",
-    ]
+    fields = [f"vs_ct2_fp32={head['streamrl_fp32'] / head['ct2_fp32']:.2f}",
+              f"vs_ct2_int8={head['streamrl_int8'] / head['ct2_int8']:.2f}",
+              f"int8_speedup={head['streamrl_int8'] / head['streamrl_fp32']:.2f}",
+              *(f"{name}_{key}={value:.1f}" for key, rates in best.items() for name, value in rates.items()),
+              f"threads={args.threads}", f"wall_s={time.perf_counter() - started:.0f}"]
     print("RESULT " + " ".join(fields))
 
 

@@ -40,10 +40,8 @@ TIS_CAP = 2.0
 
 def throughput(policy, prompts, workloads, repeats: int, threads: int) -> dict[str, dict[str, Rate]]:
     """tok/s of the float32 and the int8 engine on each (requests, tokens) workload, alternating."""
-    engines = {
-        "float32": HFEngine.from_policy(policy, max_batch_size=64, threads=threads),
-        "int8": HFEngine.from_policy(policy, max_batch_size=64, threads=threads, int8=True),
-    }
+    engines = {"float32": HFEngine.from_policy(policy, max_batch_size=64, threads=threads),
+               "int8": HFEngine.from_policy(policy, max_batch_size=64, threads=threads, int8=True)}
     rates = {f"{n}x{t}": {name: Rate() for name in engines} for n, t in workloads}
 
     async def run() -> None:
@@ -67,10 +65,8 @@ def throughput(policy, prompts, workloads, repeats: int, threads: int) -> dict[s
 def mismatch(policy, prompts, tokens: int, threads: int) -> dict[str, float]:
     """Behaviour KL and TIS weights of the int8 engine's samples under the float32 policy."""
     engine = HFEngine.from_policy(policy, max_batch_size=64, threads=threads, int8=True)
-    requests = [
-        GenerationRequest(f"m{i}", p, SamplingParams(temperature=1.0, max_new_tokens=tokens, seed=i))
-        for i, p in enumerate(prompts)
-    ]
+    requests = [GenerationRequest(f"m{i}", p, SamplingParams(temperature=1.0, max_new_tokens=tokens, seed=i))
+                for i, p in enumerate(prompts)]
 
     async def generate():
         results = await asyncio.gather(*(engine.generate(r) for r in requests))
@@ -82,23 +78,14 @@ def mismatch(policy, prompts, tokens: int, threads: int) -> dict[str, float]:
     for request, result in zip(requests, results):
         ids = torch.tensor([request.prompt_ids + result.token_ids])
         with torch.no_grad():
-            out = score(
-                policy.model,
-                {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
-                excluded_ids=tuple(policy.banned_token_ids),
-                with_entropy=False,
-            )
-        exact = out.logprobs[0, len(request.prompt_ids) :].double()
+            out = score(policy.model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
+                        excluded_ids=tuple(policy.banned_token_ids), with_entropy=False)
+        exact = out.logprobs[0, len(request.prompt_ids):].double()
         gaps.append(torch.tensor(result.logprobs, dtype=torch.float64) - exact)  # log p_int8 - log p_float
     gap = torch.cat(gaps)
     weights = torch.exp(-gap)
-    return {
-        "behaviour_kl": float(gap.mean()),
-        "tis_mean": float(weights.mean()),
-        "tis_max": float(weights.max()),
-        "truncated": float((weights > TIS_CAP).double().mean()),
-        "tokens": float(gap.numel()),
-    }
+    return {"behaviour_kl": float(gap.mean()), "tis_mean": float(weights.mean()), "tis_max": float(weights.max()),
+            "truncated": float((weights > TIS_CAP).double().mean()), "tokens": float(gap.numel())}
 
 
 def quantise_seconds(policy, threads: int) -> float:
@@ -119,9 +106,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="64 x 24 only, one repetition")
     parser.add_argument("--model", default="smollm2-135m", choices=["smollm2-135m", "tiny"])
-    parser.add_argument(
-        "--threads", type=int, default=1, help="torch threads of each engine (1: see generation_throughput)"
-    )
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of each engine (1: see generation_throughput)")
     parser.add_argument("--repeats", type=int, default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -133,26 +118,18 @@ def main() -> None:
     print(f"processor: {processor_name()}; {args.model}, float32 weights; {args.threads} thread(s) per engine")
     rates = in_thread(args.threads, throughput, policy, prompts, workloads, repeats, args.threads)
     for key, pair in rates.items():
-        print(
-            f"{key:>7}: float32 {pair['float32'].wall:8.1f} tok/s, int8 {pair['int8'].wall:8.1f} tok/s "
-            f"= {pair['int8'].wall / pair['float32'].wall:4.2f}x (best of {repeats})"
-        )
+        print(f"{key:>7}: float32 {pair['float32'].wall:8.1f} tok/s, int8 {pair['int8'].wall:8.1f} tok/s "
+              f"= {pair['int8'].wall / pair['float32'].wall:4.2f}x (best of {repeats})")
     drift = in_thread(args.threads, mismatch, policy, prompts[:16], 32, args.threads)
-    print(
-        f"mismatch over {drift['tokens']:.0f} sampled tokens: behaviour KL {drift['behaviour_kl']:.4f}, "
-        f"TIS weight mean {drift['tis_mean']:.3f}, max {drift['tis_max']:.2f}, {100 * drift['truncated']:.2f}% above {TIS_CAP:g}"
-    )
+    print(f"mismatch over {drift['tokens']:.0f} sampled tokens: behaviour KL {drift['behaviour_kl']:.4f}, "
+          f"TIS weight mean {drift['tis_mean']:.3f}, max {drift['tis_max']:.2f}, {100 * drift['truncated']:.2f}% above {TIS_CAP:g}")
     quantise = in_thread(args.threads, quantise_seconds, policy, args.threads)
     print(f"quantising a new version: {quantise:.2f} s")
     largest = list(rates)[1] if len(rates) > 1 else list(rates)[0]
     speedup = rates[largest]["int8"].wall / rates[largest]["float32"].wall
-    fields = [
-        f"int8_speedup={speedup:.2f}",
-        f"workload={largest}",
-        *(f"{k}={v:.4f}" for k, v in drift.items() if k != "tokens"),
-        f"quantise_s={quantise:.2f}",
-        f"wall_s={time.perf_counter() - started:.0f}",
-    ]
+    fields = [f"int8_speedup={speedup:.2f}", f"workload={largest}",
+              *(f"{k}={v:.4f}" for k, v in drift.items() if k != "tokens"), f"quantise_s={quantise:.2f}",
+              f"wall_s={time.perf_counter() - started:.0f}"]
     if not math.isfinite(speedup):
         raise SystemExit("no throughput measured")
     print("RESULT " + " ".join(fields))

@@ -30,31 +30,20 @@ from streamrl.policy.loading import load_policy
 from streamrl.policy.protocols import SamplingParams
 from streamrl.rollout import EpisodeSettings, Rollout, RolloutSettings, UniformPromptSource, WorkerSpec, make_backend
 
-MODEL = {
-    "spec": "tiny",
-    "seed": 0,
-    "threads": 1,
-    "model_overrides": {"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128},
-}
-EPISODE = EpisodeSettings(
-    layout="per_step", sampling=SamplingParams(max_new_tokens=8), max_turns=3, max_context_tokens=512
-)
+MODEL = {"spec": "tiny", "seed": 0, "threads": 1,
+         "model_overrides": {"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128}}
+EPISODE = EpisodeSettings(layout="per_step", sampling=SamplingParams(max_new_tokens=8), max_turns=3,
+                          max_context_tokens=512)
 SPEC = WorkerSpec(model=MODEL, env="guess_number", episode=EPISODE, seed=0)
 
 
 async def measure(kind: str, workers: int, policy, trajectories: int, concurrency: int) -> dict[str, float]:
     engine = HFEngine.from_policy(policy, threads=1)
-    backend = make_backend(
-        kind,
-        SPEC,
-        concurrency=concurrency,
-        engine=engine,
-        codec=policy,
-        weights=policy.state_dict_for_engine,
-        workers=workers,
-    )
+    backend = make_backend(kind, SPEC, concurrency=concurrency, engine=engine, codec=policy,
+                           weights=policy.state_dict_for_engine, workers=workers)
     settings = RolloutSettings(concurrency=concurrency, batch_size=concurrency, max_staleness=4, episode=EPISODE)
-    rollout = Rollout(backend=backend, source=UniformPromptSource([f"train/{i}" for i in range(64)]), settings=settings)
+    rollout = Rollout(backend=backend, source=UniformPromptSource([f"train/{i}" for i in range(64)]),
+                      settings=settings)
     started = time.monotonic()
     await rollout.start()
     up = time.monotonic()
@@ -93,11 +82,9 @@ def main() -> None:
     for name, row in (("local", local), ("ray x1", ray_1), ("ray x2", ray_2)):
         print(f"{name:7s} {row['traj_s']:7.2f} trajectories/s   start-up {row['startup_s']:5.1f} s")
     overhead_ms = 1000 * (1 / ray_1["traj_s"] - 1 / local["traj_s"])
-    print(
-        f"RESULT local_traj_s={local['traj_s']:.2f} ray1_traj_s={ray_1['traj_s']:.2f} "
-        f"ray2_traj_s={ray_2['traj_s']:.2f} overhead_ms={overhead_ms:.1f} scaling={ray_2['traj_s'] / ray_1['traj_s']:.2f} "
-        f"ray_init_s={ray_init_s:.1f} worker_start_s={ray_2['startup_s']:.1f} trajectories={trajectories}"
-    )
+    print(f"RESULT local_traj_s={local['traj_s']:.2f} ray1_traj_s={ray_1['traj_s']:.2f} "
+          f"ray2_traj_s={ray_2['traj_s']:.2f} overhead_ms={overhead_ms:.1f} scaling={ray_2['traj_s'] / ray_1['traj_s']:.2f} "
+          f"ray_init_s={ray_init_s:.1f} worker_start_s={ray_2['startup_s']:.1f} trajectories={trajectories}")
 
 
 if __name__ == "__main__":

@@ -39,19 +39,10 @@ def _config(model: str, algo: str, args: argparse.Namespace):
     from streamrl.training.config_files import load_config
 
     overrides = [
-        f"model.spec={model}",
-        "env.name=guess_number",
-        "env.prompt={}",
-        "env.parser={}",
-        "rollout.layout=full_history",
-        f"rollout.max_turns={args.turns}",
-        f"rollout.max_new_tokens={args.new_tokens}",
-        f"train.batch_size={args.batch}",
-        f"optim.micro_batch_size={args.micro_batch}",
-        "optim.lr=1e-5",
-        "algo.kl_coef=0",
-        "algo.epochs=1",
-        "sft.demos=0",
+        f"model.spec={model}", "env.name=guess_number", "env.prompt={}", "env.parser={}",
+        "rollout.layout=full_history", f"rollout.max_turns={args.turns}", f"rollout.max_new_tokens={args.new_tokens}",
+        f"train.batch_size={args.batch}", f"optim.micro_batch_size={args.micro_batch}", "optim.lr=1e-5",
+        "algo.kl_coef=0", "algo.epochs=1", "sft.demos=0",
         f"model.gradient_checkpointing={args.gradient_checkpointing}",
     ]
     return load_config(None, overrides, algo=algo)
@@ -73,12 +64,8 @@ def generate(model: str, args: argparse.Namespace, path: Path) -> float:
         try:
             tasks = make("guess_number").task_ids("train", limit=args.batch)
             started = time.perf_counter()
-            out = await run_episodes(
-                episode_runner(config, engine, policy, episode_settings(config)),
-                lambda: make("guess_number"),
-                tasks,
-                concurrency=args.batch,
-            )
+            out = await run_episodes(episode_runner(config, engine, policy, episode_settings(config)),
+                                     lambda: make("guess_number"), tasks, concurrency=args.batch)
             return out, time.perf_counter() - started
         finally:
             await engine.close()
@@ -134,9 +121,7 @@ def measure(model: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
         results = {}
         for algo in ("ppo", "sapo"):
             command = [sys.executable, __file__, "--child", model, algo, str(batch), *_passthrough(args)]
-            output = subprocess.run(
-                command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-            )
+            output = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
             if output.returncode != 0:
                 raise SystemExit(f"{algo} on {model} failed:\n{output.stderr[-3000:]}")
             row = json.loads(output.stdout.strip().splitlines()[-1])
@@ -150,15 +135,9 @@ def measure(model: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
 
 
 def _passthrough(args: argparse.Namespace) -> list[str]:
-    return [
-        f"--batch={args.batch}",
-        f"--turns={args.turns}",
-        f"--new-tokens={args.new_tokens}",
-        f"--micro-batch={args.micro_batch}",
-        f"--steps={args.steps}",
-        f"--threads={args.threads}",
-        *(["--gradient-checkpointing"] if args.gradient_checkpointing else []),
-    ]
+    return [f"--batch={args.batch}", f"--turns={args.turns}", f"--new-tokens={args.new_tokens}",
+            f"--micro-batch={args.micro_batch}", f"--steps={args.steps}", f"--threads={args.threads}",
+            *(["--gradient-checkpointing"] if args.gradient_checkpointing else [])]
 
 
 def main() -> None:
@@ -171,11 +150,8 @@ def main() -> None:
     parser.add_argument("--micro-batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument(
-        "--gradient-checkpointing",
-        action="store_true",
-        help="recompute activations in both learners (model.gradient_checkpointing)",
-    )
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="recompute activations in both learners (model.gradient_checkpointing)")
     parser.add_argument("--child", nargs=3, metavar=("MODEL", "ALGO", "BATCH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -190,20 +166,16 @@ def main() -> None:
         print(f"\n{model}: batch {args.batch} trajectories, {args.steps} timed steps (seconds per iteration)")
         print(f"{'':12}{'generation':>12}{'scoring':>10}{'updates':>10}{'learner':>10}{'iteration':>11}{'peak MB':>10}")
         for algo, row in results.items():
-            print(
-                f"{algo:12}{row['generation_s']:12.2f}{row['scoring_s']:10.2f}{row['updates_s']:10.2f}"
-                f"{row['learner_s']:10.2f}{row['iteration_s']:11.2f}{row['peak_training_mb']:10.1f}"
-            )
+            print(f"{algo:12}{row['generation_s']:12.2f}{row['scoring_s']:10.2f}{row['updates_s']:10.2f}"
+                  f"{row['learner_s']:10.2f}{row['iteration_s']:11.2f}{row['peak_training_mb']:10.1f}")
         ratios = {
             "learner_time_ratio": sapo["learner_s"] / ppo["learner_s"],
             "iteration_time_ratio": sapo["iteration_s"] / ppo["iteration_s"],
             "memory_ratio": sapo["peak_training_mb"] / max(ppo["peak_training_mb"], 1e-9),
         }
         print("SAPO / PPO: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
-    print(
-        "RESULT " + " ".join(f"{k}={v:.3f}" for k, v in ratios.items()) + f" model={args.models.split(',')[-1]}"
-        f" gradient_checkpointing={int(args.gradient_checkpointing)}"
-    )
+    print("RESULT " + " ".join(f"{k}={v:.3f}" for k, v in ratios.items()) + f" model={args.models.split(',')[-1]}"
+          f" gradient_checkpointing={int(args.gradient_checkpointing)}")
 
 
 if __name__ == "__main__":

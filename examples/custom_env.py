@@ -1,8 +1,8 @@
 """Bring your own environment: a word game with one tool, trained with SPO++ (docs/environments.md).
 
-python examples/custom_env.py      # from Python; or, from the repository root, either form:
-streamrl train --config smoke --env examples.custom_env:EchoEnv --out runs/echo                   # text
-streamrl train --config smoke --env examples.custom_env:EchoEnv env.tools=true --out runs/echo    # tool calls
+    python examples/custom_env.py      # from Python; or, from the repository root, either form:
+    streamrl train --config smoke --env examples.custom_env:EchoEnv --out runs/echo                   # text
+    streamrl train --config smoke --env examples.custom_env:EchoEnv env.tools=true --out runs/echo    # tool calls
 """
 
 import random
@@ -12,13 +12,8 @@ from streamrl.envs import Env, EnvSpec, Step, tool
 
 
 class EchoEnv(Env):
-    spec = EnvSpec(
-        name="echo",
-        max_steps=2,
-        splits={"train": None, "test": 8},
-        eval_split="test",
-        instructions="Repeat the word you are shown.",
-    )
+    spec = EnvSpec(name="echo", max_steps=2, splits={"train": None, "test": 8}, eval_split="test",
+                   instructions="Repeat the word you are shown.")
 
     def start(self, task_id):  # the first observation
         self.word = random.Random(task_id).choice(["apple", "river", "stone", "cloud"])

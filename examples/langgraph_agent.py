@@ -19,14 +19,11 @@ async def run(client, task):
         taken.append(object)
         return "Taken."
 
-    model = ChatOpenAI(
-        model="policy", base_url=str(client.base_url), api_key=client.api_key, max_tokens=32, max_retries=0
-    )
+    model = ChatOpenAI(model="policy", base_url=str(client.base_url), api_key=client.api_key, max_tokens=32, max_retries=0)
     graph = create_react_agent(model, [take])
     try:
-        await graph.ainvoke(
-            {"messages": [("user", f"{task['prompt']}\nCall take with the object.")]}, {"recursion_limit": 4}
-        )
+        await graph.ainvoke({"messages": [("user", f"{task['prompt']}\nCall take with the object.")]},
+                            {"recursion_limit": 4})
     except GraphRecursionError:  # the model kept calling tools: scored on its first call
         pass
     return float(taken[:1] == [task["target"]])

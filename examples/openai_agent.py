@@ -10,18 +10,10 @@ the agent's `take` call names the object asked for.
 
 import json
 
-TAKE = {
-    "type": "function",
-    "function": {
-        "name": "take",
-        "description": "Take one of the objects you see.",
-        "parameters": {
-            "type": "object",
-            "properties": {"object": {"type": "string", "description": "the object to take"}},
-            "required": ["object"],
-        },
-    },
-}
+TAKE = {"type": "function", "function": {
+    "name": "take", "description": "Take one of the objects you see.",
+    "parameters": {"type": "object", "properties": {"object": {"type": "string", "description": "the object to take"}},
+                   "required": ["object"]}}}
 
 
 async def run(client, task):
@@ -46,12 +38,6 @@ if __name__ == "__main__":
     for split, count in (("train", 1000), ("test", 200)):
         for n in range(count):
             listed, target = task(f"{split}/{n}", 3)
-            rows.append(
-                {
-                    "id": f"{split}/{n}",
-                    "split": split,
-                    "target": target,
-                    "prompt": f"Take the {target}. You see: {', '.join(listed)}.",
-                }
-            )
+            rows.append({"id": f"{split}/{n}", "split": split, "target": target,
+                         "prompt": f"Take the {target}. You see: {', '.join(listed)}."})
     Path(__file__).with_name("pick_tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -1,6 +1,5 @@
 """The synthetic-bandit table of docs/results/baseline_accuracy.md: tests/algos/test_baseline_accuracy.py's
 bandit over ten seeds, graded by the truth and by the run's own evidence. Run from the repository root."""
-
 import statistics
 import sys
 
@@ -19,7 +18,5 @@ for late in (False, True):
             rows.append((truth.bias, truth.mean_abs, est.bias))
         b, a, e = zip(*rows)
         se = statistics.stdev(b) / len(b) ** 0.5
-        print(
-            f"| {'failures 6 snapshots late' if late else 'order independent of outcome'} | {memory} | "
-            f"{statistics.mean(b):+.3f} ± {1.96 * se:.3f} | {statistics.mean(a):.3f} | {statistics.mean(e):+.3f} |"
-        )
+        print(f"| {'failures 6 snapshots late' if late else 'order independent of outcome'} | {memory} | "
+              f"{statistics.mean(b):+.3f} ± {1.96*se:.3f} | {statistics.mean(a):.3f} | {statistics.mean(e):+.3f} |")

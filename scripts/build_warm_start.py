@@ -88,9 +88,8 @@ def build(config_path: Path, name: str, overrides: list[str] = ()) -> dict:
     started = time.perf_counter()
     policy = load_run_policy(config, None)
     demos, heldout = asyncio.run(demonstrations_and_heldout(config, policy))
-    sft = behaviour_cloning(
-        config, policy, demos, log=lambda step, m: print(f"sft step {step}: {m}", flush=True), heldout=heldout
-    )
+    sft = behaviour_cloning(config, policy, demos, log=lambda step, m: print(f"sft step {step}: {m}", flush=True),
+                            heldout=heldout)
     sft_seconds = time.perf_counter() - started
     greedy = asyncio.run(held_out(config, policy, greedy=True))
     sampled = asyncio.run(held_out(config, policy, greedy=False))
@@ -102,15 +101,8 @@ def build(config_path: Path, name: str, overrides: list[str] = ()) -> dict:
         files = {p.name: sha256(p) for p in sorted(staged.iterdir()) if p.is_file()}
         record = {
             "name": name,
-            "command": " ".join(
-                [
-                    "python scripts/build_warm_start.py --config",
-                    str(config_path.relative_to(REPO)),
-                    "--name",
-                    name,
-                    *overrides,
-                ]
-            ),
+            "command": " ".join(["python scripts/build_warm_start.py --config", str(config_path.relative_to(REPO)),
+                                 "--name", name, *overrides]),
             "config_file": str(config_path.relative_to(REPO)),
             "config_sha256": sha256(config_path),
             "overrides": list(overrides),
@@ -149,9 +141,7 @@ def ship_run(run: Path, config_path: Path, name: str, overrides: list[str] = ())
     config = load_config(str(config_path), list(overrides))
     saved = load_config(str(run / "config.yaml"))
     if saved != config:
-        raise SystemExit(
-            f"--from-run: {run}/config.yaml is not {config_path} with {' '.join(overrides) or 'no overrides'}"
-        )
+        raise SystemExit(f"--from-run: {run}/config.yaml is not {config_path} with {' '.join(overrides) or 'no overrides'}")
     summary = json.loads((run / "summary.json").read_text())
     if "eval_after" not in summary:
         raise SystemExit(f"--from-run: {run} has no final evaluation (summary.json has no eval_after)")
@@ -166,20 +156,10 @@ def ship_run(run: Path, config_path: Path, name: str, overrides: list[str] = ())
         before = summary.get("eval_before") or {}
         record = {
             "name": name,
-            "command": " ".join(
-                ["streamrl train --config", str(config_path.relative_to(REPO)), "--out", str(run), *overrides]
-            ),
-            "shipped_with": " ".join(
-                [
-                    "python scripts/build_warm_start.py --from-run",
-                    str(run),
-                    "--config",
-                    str(config_path.relative_to(REPO)),
-                    "--name",
-                    name,
-                    *overrides,
-                ]
-            ),
+            "command": " ".join(["streamrl train --config", str(config_path.relative_to(REPO)), "--out", str(run),
+                                 *overrides]),
+            "shipped_with": " ".join(["python scripts/build_warm_start.py --from-run", str(run), "--config",
+                                      str(config_path.relative_to(REPO)), "--name", name, *overrides]),
             "config_file": str(config_path.relative_to(REPO)),
             "config_sha256": sha256(config_path),
             "overrides": list(overrides),
@@ -212,17 +192,13 @@ def main() -> int:
     if args.from_run:
         record = ship_run(args.from_run, Path(args.config).absolute(), args.name, args.overrides)
         held = record["held_out"]
-        print(
-            f"shipped {record['name']}: held-out greedy {100 * held['greedy_success']:.1f}% -> {ROOT / record['name']}"
-        )
+        print(f"shipped {record['name']}: held-out greedy {100 * held['greedy_success']:.1f}% -> {ROOT / record['name']}")
         return 0
     record = build(Path(args.config).absolute(), args.name, args.overrides)
     held = record["held_out"]
-    print(
-        f"warm start {record['name']}: held-out greedy {100 * held['greedy_success']:.1f}%, "
-        f"sampled (T={held['sampled_temperature']}) {100 * held['sampled_success']:.1f}%, "
-        f"built in {record['build_seconds']:.0f} s -> {ROOT / record['name']}"
-    )
+    print(f"warm start {record['name']}: held-out greedy {100 * held['greedy_success']:.1f}%, "
+          f"sampled (T={held['sampled_temperature']}) {100 * held['sampled_success']:.1f}%, "
+          f"built in {record['build_seconds']:.0f} s -> {ROOT / record['name']}")
     return 0
 
 

@@ -25,9 +25,8 @@ async def tokens_per_s(engine, prompts: list[list[int]], tokens: int) -> float:
     best = 0.0
     for attempt in range(3):  # the first is a warm-up (CUDA graphs, kernels)
         started = time.monotonic()
-        results = await asyncio.gather(
-            *(engine.generate(GenerationRequest(f"{attempt}-{i}", p, sampling)) for i, p in enumerate(prompts))
-        )
+        results = await asyncio.gather(*(engine.generate(GenerationRequest(f"{attempt}-{i}", p, sampling))
+                                         for i, p in enumerate(prompts)))
         elapsed = time.monotonic() - started
         bad = [r.error for r in results if r.finish_reason not in ("stop", "length")]
         if bad:

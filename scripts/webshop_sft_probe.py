@@ -46,14 +46,8 @@ def exact_by_kind(policy, heldout) -> dict[str, str]:
     for trajectory in heldout:
         batch = collate([trajectory], pad_id=policy.tokenizer.pad_token_id or 0)
         mask = batch.action_mask.bool()
-        logprobs = forward_for_loss(
-            policy.model,
-            batch.input_ids,
-            batch.attention_mask,
-            token_mask=mask,
-            excluded_ids=policy.banned_token_ids,
-            with_entropy=False,
-        ).logprobs
+        logprobs = forward_for_loss(policy.model, batch.input_ids, batch.attention_mask, token_mask=mask,
+                                    excluded_ids=policy.banned_token_ids, with_entropy=False).logprobs
         # one per action, rows first (the trajectory's turn order)
         for turn, good in zip(trajectory.turns, exact_actions(logprobs.float(), mask).tolist()):
             total[kind(turn.action)] += 1
@@ -74,17 +68,11 @@ def main() -> None:
         started = time.perf_counter()
         # a new seed each epoch: a new order and, with sft.shuffle_entities, new names (one call
         # of behaviour_cloning seeds both from train.seed)
-        seeded = one_epoch.model_copy(
-            update={"train": one_epoch.train.model_copy(update={"seed": config.train.seed + epoch})}
-        )
+        seeded = one_epoch.model_copy(update={"train": one_epoch.train.model_copy(update={"seed": config.train.seed + epoch})})
         metrics = behaviour_cloning(seeded, policy, demos, heldout=heldout)
         policy.model.eval()
-        print(
-            f"epoch {epoch} ({time.perf_counter() - started:.0f} s)",
-            {k: round(v, 3) for k, v in metrics.items()},
-            exact_by_kind(policy, heldout),
-            flush=True,
-        )
+        print(f"epoch {epoch} ({time.perf_counter() - started:.0f} s)", {k: round(v, 3) for k, v in metrics.items()},
+              exact_by_kind(policy, heldout), flush=True)
         policy.save(out)
 
 

@@ -22,25 +22,19 @@ def _files(tmp_path):
     (tmp_path / "nonempty" / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n')
     (tmp_path / "saved").mkdir()
     (tmp_path / "saved" / "config.yaml").write_text(config_to_yaml(load_config("configs/smoke.yaml")))
-    (tmp_path / "cmp.yaml").write_text(
-        "name: c\nbase: [configs/smoke.yaml]\nseeds: [0]\narms: {a: {algo: spo++}, b: {algo: spo}}\n"
-    )
+    (tmp_path / "cmp.yaml").write_text("name: c\nbase: [configs/smoke.yaml]\nseeds: [0]\n"
+                                       "arms: {a: {algo: spo++}, b: {algo: spo}}\n")
     return tmp_path
 
 
 CASES = {  # name -> (argv with {tmp} for the temporary folder, text the line must contain)
-    "env option": (
-        ["train", *SMOKE, "env.options.nonsense=3"],
-        "env.options: got an unexpected keyword argument 'nonsense'",
-    ),
+    "env option": (["train", *SMOKE, "env.options.nonsense=3"], "env.options: got an unexpected keyword argument 'nonsense'"),
     "env option value": (["train", *SMOKE, "env.options.max_steps=0"], "env.options:"),
     "parser option": (["train", *SMOKE, "env.parser.nonsense=1"], "env.parser:"),
     "prompt option": (["train", *SMOKE, "env.prompt.nonsense=1"], "env.prompt:"),
     "eval split": (["eval", *SMOKE, "--split", "bogus"], "env.eval_split: alfworld_lite: unknown split 'bogus'"),
-    "eval env/parser mismatch": (
-        ["eval", *SMOKE, "--env", "guess_number", "env.parser.require_think=true"],
-        "env.parser:",
-    ),
+    "eval env/parser mismatch": (["eval", *SMOKE, "--env", "guess_number", "env.parser.require_think=true"],
+                                 "env.parser:"),
     "unknown env": (["train", *SMOKE, "--env", "alfworld_lit"], "did you mean 'alfworld_lite'"),
     "unknown env module": (["train", *SMOKE, "--env", "no_such_module:Env"], "env.name: cannot load environment"),
     "env class without roles": (["train", *SMOKE, "--env", "streamrl.envs.base:Env"], "env.name:"),
@@ -48,25 +42,16 @@ CASES = {  # name -> (argv with {tmp} for the temporary folder, text the line mu
     "play option": (["play", "alfworld_lite", "--option", "nonsense=1"], "--option:"),
     "play alfworld_real without data": (["play", "alfworld_real"], "alfworld"),
     "wandb missing": (["train", *SMOKE, "logging.wandb_project=x"], "logging.wandb_project: wandb is not installed"),
-    "mlflow missing": (
-        ["train", *SMOKE, "logging.mlflow_experiment=x"],
-        "logging.mlflow_experiment: mlflow is not installed",
-    ),
+    "mlflow missing": (["train", *SMOKE, "logging.mlflow_experiment=x"], "logging.mlflow_experiment: mlflow is not installed"),
     "sft source bad line": (["sft", *SMOKE, "--out", "{tmp}/sft", "sft.source={tmp}/demos.jsonl"], "demos.jsonl:2"),
     "sft source missing file": (["sft", *SMOKE, "--out", "{tmp}/sft", "sft.source={tmp}/none.jsonl"], "sft.source:"),
-    "sft without expert": (
-        ["sft", *SMOKE, "--out", "{tmp}/sft", "--env", "guess_number", "sft.source=expert"],
-        "sft.source: environment guess_number has no expert",
-    ),
-    "sft in an env without the config's expert": (
-        ["sft", *SMOKE, "--out", "{tmp}/sft", "--env", "guess_number"],
-        "sft.source: environment guess_number has no searching expert",
-    ),
+    "sft without expert": (["sft", *SMOKE, "--out", "{tmp}/sft", "--env", "guess_number", "sft.source=expert"],
+                           "sft.source: environment guess_number has no expert"),
+    "sft in an env without the config's expert": (["sft", *SMOKE, "--out", "{tmp}/sft", "--env", "guess_number"],
+                                                  "sft.source: environment guess_number has no searching expert"),
     "sft of nothing": (["sft", *SMOKE, "--out", "{tmp}/sft", "sft.demos=0"], "sft.demos: is 0"),
-    "search expert elsewhere": (
-        ["train", *SMOKE, "--env", "guess_number", "sft.source=search_expert"],
-        "sft.source: environment guess_number has no searching expert",
-    ),
+    "search expert elsewhere": (["train", *SMOKE, "--env", "guess_number", "sft.source=search_expert"],
+                                "sft.source: environment guess_number has no searching expert"),
     "dtype": (["train", *SMOKE, "model.dtype=int8"], "model.dtype"),
     "chat template": (["train", *SMOKE, "model.chat_template={tmp}/none.jinja"], "model.chat_template: chat template"),
     "tool format": (["train", *SMOKE, "model.tool_format=xml"], "model.tool_format: unknown format 'xml'"),
@@ -80,49 +65,25 @@ CASES = {  # name -> (argv with {tmp} for the temporary folder, text the line mu
     "override value": (["train", *SMOKE, "train.steps=-1"], "train.steps"),
     "unknown field": (["train", *SMOKE, "train.stepz=1"], "train.stepz: unknown field"),
     "non-empty out": (["train", *SMOKE, "--out", "{tmp}/nonempty"], "is not empty"),
-    "resume mismatch": (
-        ["train", *SMOKE, "--out", "{tmp}/saved", "--resume", "--algo", "grpo", "algo.group_size=2"],
-        "--resume: ",
-    ),
-    "resume of nothing": (
-        ["train", *SMOKE, "--out", "{tmp}/none", "--resume"],
-        "--resume: {tmp}/none holds no folder to resume",
-    ),
-    "resume of a folder without a run": (
-        ["train", *SMOKE, "--out", "{tmp}/nonempty", "--resume"],
-        "holds no run (no config.yaml)",
-    ),
-    "agent without tasks": (
-        ["train", *SMOKE, "--agent", "examples/openai_agent.py:run"],
-        "agent.tasks (--tasks) goes with",
-    ),
-    "agent file missing": (
-        ["train", *SMOKE, "--agent", "{tmp}/none.py:run", "--tasks", "examples/pick_tasks.jsonl"],
-        "agent.function: no file",
-    ),
-    "agent not async": (
-        ["train", *SMOKE, "--agent", "json:dumps", "--tasks", "examples/pick_tasks.jsonl"],
-        "has no async function 'dumps'",
-    ),
-    "agent tasks bad line": (
-        ["train", *SMOKE, "--agent", "examples/openai_agent.py:run", "--tasks", "{tmp}/demos.jsonl"],
-        "demos.jsonl:2 is not JSON",
-    ),
-    "external agents on ray": (
-        ["serve", *SMOKE, "--train", "--tasks", "examples/pick_tasks.jsonl", "rollout.backend=ray"],
-        "rollout.backend: agents elsewhere claim tasks from the trainer's endpoint",
-    ),
+    "resume mismatch": (["train", *SMOKE, "--out", "{tmp}/saved", "--resume", "--algo", "grpo", "algo.group_size=2"],
+                        "--resume: "),
+    "resume of nothing": (["train", *SMOKE, "--out", "{tmp}/none", "--resume"], "--resume: {tmp}/none holds no folder to resume"),
+    "resume of a folder without a run": (["train", *SMOKE, "--out", "{tmp}/nonempty", "--resume"], "holds no run (no config.yaml)"),
+    "agent without tasks": (["train", *SMOKE, "--agent", "examples/openai_agent.py:run"], "agent.tasks (--tasks) goes with"),
+    "agent file missing": (["train", *SMOKE, "--agent", "{tmp}/none.py:run", "--tasks", "examples/pick_tasks.jsonl"],
+                           "agent.function: no file"),
+    "agent not async": (["train", *SMOKE, "--agent", "json:dumps", "--tasks", "examples/pick_tasks.jsonl"],
+                        "has no async function 'dumps'"),
+    "agent tasks bad line": (["train", *SMOKE, "--agent", "examples/openai_agent.py:run", "--tasks", "{tmp}/demos.jsonl"],
+                             "demos.jsonl:2 is not JSON"),
+    "external agents on ray": (["serve", *SMOKE, "--train", "--tasks", "examples/pick_tasks.jsonl", "rollout.backend=ray"],
+                               "rollout.backend: agents elsewhere claim tasks from the trainer's endpoint"),
     "serve elsewhere without token": (["serve", *SMOKE, "--host", "0.0.0.0"], "--host 0.0.0.0: serving beyond"),
     "config not text": (["train", "--config", "/bin/ls"], "config file /bin/ls is not a text (YAML) file"),
     "seed too big": (["train", *SMOKE, "train.seed=1180591620717411303424"], "train.seed"),
-    "context too small": (
-        ["train", *SMOKE, "rollout.max_context_tokens=16"],
-        "rollout.max_context_tokens: must exceed",
-    ),
-    "new tokens beyond the context": (
-        ["train", *SMOKE, "rollout.max_new_tokens=100000"],
-        "rollout.max_context_tokens: must exceed rollout.max_new_tokens (100000)",
-    ),
+    "context too small": (["train", *SMOKE, "rollout.max_context_tokens=16"], "rollout.max_context_tokens: must exceed"),
+    "new tokens beyond the context": (["train", *SMOKE, "rollout.max_new_tokens=100000"],
+                                      "rollout.max_context_tokens: must exceed rollout.max_new_tokens (100000)"),
     "threads beyond the cores": (["train", *SMOKE, "model.threads=1000"], "model.threads: 1000 is more than the"),
     "out is a file": (["train", *SMOKE, "--out", "{tmp}/bad.yaml"], "cannot use it as a run folder"),
     "out under a file": (["train", *SMOKE, "--out", "{tmp}/bad.yaml/sub"], "cannot use it as a run folder"),
@@ -130,14 +91,9 @@ CASES = {  # name -> (argv with {tmp} for the temporary folder, text the line mu
     "compare configs": (["compare", "--config", "a.yaml", "--config", "b.yaml"], "--config: compare takes one"),
     "compare missing file": (["compare", "--config", "{tmp}/none.yaml"], "comparison file not found"),
     "compare env": (["compare", "--config", "{tmp}/cmp.yaml", "--out", "{tmp}/c", "--env", "nope"], "env.name"),
-    "compare model": (
-        ["compare", "--config", "{tmp}/cmp.yaml", "--out", "{tmp}/c", "--model", "{tmp}/m"],
-        "model.spec",
-    ),
-    "compare arm": (
-        ["compare", "--config", "{tmp}/cmp.yaml", "--out", "{tmp}/c", "env.options.nonsense=1"],
-        "env.options",
-    ),
+    "compare model": (["compare", "--config", "{tmp}/cmp.yaml", "--out", "{tmp}/c", "--model", "{tmp}/m"], "model.spec"),
+    "compare arm": (["compare", "--config", "{tmp}/cmp.yaml", "--out", "{tmp}/c", "env.options.nonsense=1"],
+                    "env.options"),
     "show missing run": (["show", "{tmp}/none"], "RUN: no run folder at"),
     "show without transcripts": (["show", "{tmp}/nonempty"], "samples.jsonl does not exist"),
     "export missing model": (["export", "{tmp}/none", "--out", "{tmp}/o"], "no model folder"),

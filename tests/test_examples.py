@@ -28,23 +28,8 @@ def test_the_custom_environment_example_trains_from_python(tmp_path):
 def test_the_cli_trains_the_example_environment_with_its_documented_command(tmp_path, form):
     """The module docstring's command, with nothing else than a shorter run."""
     run = tmp_path / "run"
-    out = _run(
-        [
-            sys.executable,
-            "-m",
-            "streamrl",
-            "train",
-            "--config",
-            "smoke",
-            "--env",
-            "examples.custom_env:EchoEnv",
-            *form,
-            "train.steps=1",
-            "--out",
-            str(run),
-        ],
-        cwd=ROOT,
-    )
+    out = _run([sys.executable, "-m", "streamrl", "train", "--config", "smoke", "--env", "examples.custom_env:EchoEnv",
+                *form, "train.steps=1", "--out", str(run)], cwd=ROOT)
     assert "after 1 RL steps" in out
     turns = [turn for line in (run / "samples.jsonl").read_text().splitlines() for turn in json.loads(line)["turns"]]
     # the tool form records each turn's parsed calls (a list, maybe empty) and the messages that answered it
@@ -56,24 +41,8 @@ def test_the_math_tools_config_records_tool_calls_and_tool_results(tmp_path):
     """configs/math_tools.yaml, cut short: every transcript turn carries the parsed calls and the
     messages that answered them (tool results, or the user message after a turn without a call)."""
     run = tmp_path / "run"
-    _run(
-        [
-            sys.executable,
-            "-m",
-            "streamrl",
-            "train",
-            "--config",
-            "configs/math_tools.yaml",
-            "--out",
-            str(run),
-            "train.steps=1",
-            "sft.demos=16",
-            "sft.epochs=1",
-            "env.eval_tasks=2",
-            "rollout.concurrency=4",
-        ],
-        cwd=ROOT,
-    )
+    _run([sys.executable, "-m", "streamrl", "train", "--config", "configs/math_tools.yaml", "--out", str(run),
+          "train.steps=1", "sft.demos=16", "sft.epochs=1", "env.eval_tasks=2", "rollout.concurrency=4"], cwd=ROOT)
     turns = [turn for line in (run / "samples.jsonl").read_text().splitlines() for turn in json.loads(line)["turns"]]
     assert turns and all(isinstance(turn["tool_calls"], list) and turn["reply"] for turn in turns)
     for turn in turns:
@@ -86,25 +55,8 @@ def test_the_math_tools_config_records_tool_calls_and_tool_results(tmp_path):
 def test_the_openai_agent_example_trains_through_the_endpoint(tmp_path):
     """docs/agents.md's command, cut short: the sessions are in events.jsonl and samples.jsonl."""
     run = tmp_path / "run"
-    out = _run(
-        [
-            sys.executable,
-            "-m",
-            "streamrl",
-            "train",
-            "--config",
-            "smoke",
-            "--agent",
-            "examples/openai_agent.py:run",
-            "--tasks",
-            "examples/pick_tasks.jsonl",
-            "train.steps=2",
-            "env.eval_tasks=4",
-            "--out",
-            str(run),
-        ],
-        cwd=ROOT,
-    )
+    out = _run([sys.executable, "-m", "streamrl", "train", "--config", "smoke", "--agent", "examples/openai_agent.py:run",
+                "--tasks", "examples/pick_tasks.jsonl", "train.steps=2", "env.eval_tasks=4", "--out", str(run)], cwd=ROOT)
     assert "after 2 RL steps" in out
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
     results = [e for e in events if e["event"] == "result"]
@@ -118,25 +70,8 @@ def test_the_openai_agent_example_trains_through_the_endpoint(tmp_path):
 def test_a_langgraph_agent_trains_through_the_endpoint(tmp_path):
     """A framework nobody here wrote drives the endpoint: LangGraph's ReAct agent over ChatOpenAI."""
     run = tmp_path / "run"
-    out = _run(
-        [
-            sys.executable,
-            "-m",
-            "streamrl",
-            "train",
-            "--config",
-            "smoke",
-            "--agent",
-            "examples/langgraph_agent.py:run",
-            "--tasks",
-            "examples/pick_tasks.jsonl",
-            "train.steps=2",
-            "env.eval_tasks=4",
-            "--out",
-            str(run),
-        ],
-        cwd=ROOT,
-    )
+    out = _run([sys.executable, "-m", "streamrl", "train", "--config", "smoke", "--agent", "examples/langgraph_agent.py:run",
+                "--tasks", "examples/pick_tasks.jsonl", "train.steps=2", "env.eval_tasks=4", "--out", str(run)], cwd=ROOT)
     assert "after 2 RL steps" in out
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
     assert samples and all(s["end_reason"] in ("terminated", "agent_error") for s in samples)

@@ -20,7 +20,6 @@ QUICK = ["train.steps=2", "train.batch_size=4", "rollout.concurrency=4", "env.ev
 
 # -- switching ----------------------------------------------------------------------------------
 
-
 @pytest.mark.parametrize("config", ["configs/default.yaml", "configs/smoke.yaml"])
 def test_a_model_given_by_the_user_replaces_the_configs_whole_model_choice(config):
     notes = []
@@ -30,9 +29,7 @@ def test_a_model_given_by_the_user_replaces_the_configs_whole_model_choice(confi
     # what the user sets beside it is kept
     kept = load_config(config, ["model.spec=smollm2-135m", "model.overrides={num_hidden_layers: 2}"], note=notes.append)
     assert kept.model.overrides == {"num_hidden_layers": 2}
-    assert (
-        load_config(config, ["model.spec=tiny"], note=notes.append).model == load_config(config).model
-    )  # the same model
+    assert load_config(config, ["model.spec=tiny"], note=notes.append).model == load_config(config).model  # the same model
 
 
 def test_an_environment_given_by_the_user_gets_its_own_defaults_on_any_config():
@@ -47,7 +44,6 @@ def test_an_environment_given_by_the_user_gets_its_own_defaults_on_any_config():
 
 # -- the stall warning --------------------------------------------------------------------------
 
-
 def test_the_stall_warning_comes_once_after_five_steps_without_signal():
     watch = StallWatch(steps=5)
     said = [watch.update(step, {"frac_zero_adv": 1.0, "success": 0.5}) for step in range(1, 9)]
@@ -55,10 +51,8 @@ def test_the_stall_warning_comes_once_after_five_steps_without_signal():
     assert said[4].startswith("steps 1-5: every advantage is 0, so the policy is not changing")
     failing = StallWatch(steps=3)
     said = [failing.update(step, {"frac_zero_adv": 0.0, "success": 0.0}) for step in range(1, 5)]
-    assert said[2] == (
-        "steps 1-3: no episode succeeded, so there is no success to learn from; start from a warm "
-        "start (model.init_from, sft.demos) or an easier task split"
-    )
+    assert said[2] == ("steps 1-3: no episode succeeded, so there is no success to learn from; start from a warm "
+                       "start (model.init_from, sft.demos) or an easier task split")
     other = StallWatch(steps=2)
     metrics = [{"actor_skipped": 1.0}, {"frac_zero_adv": 0.5, "success": 0.2}, {"actor_skipped": 1.0}]
     assert [other.update(s, m) for s, m in enumerate(metrics, 1)] == [None] * 3
@@ -74,21 +68,8 @@ def test_wilson_interval():
 def test_a_run_that_cannot_learn_says_so_and_its_report_shows_why(tmp_path, capsys):
     run = tmp_path / "run"
     # a random tiny model never picks the target in time: every episode fails, every advantage is 0
-    argv = [
-        "train",
-        "--config",
-        "smoke",
-        "--env",
-        "pick_object",
-        "--out",
-        str(run),
-        "sft.demos=0",
-        "train.steps=6",
-        "train.batch_size=4",
-        "rollout.concurrency=4",
-        "env.eval_tasks=4",
-        "logging.progress=true",
-    ]
+    argv = ["train", "--config", "smoke", "--env", "pick_object", "--out", str(run), "sft.demos=0",
+            "train.steps=6", "train.batch_size=4", "rollout.concurrency=4", "env.eval_tasks=4", "logging.progress=true"]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "model: tiny (" in out.splitlines()[0] and "from its own weights" in out.splitlines()[0]
@@ -114,32 +95,14 @@ def _umask() -> int:
 
 # -- the command line ---------------------------------------------------------------------------
 
-
 def test_overrides_go_on_either_side_of_options_and_eval_takes_the_run_folder(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert (
-        cli.main(
-            [
-                "train",
-                "--config",
-                "smoke",
-                "train.steps=1",
-                "--out",
-                "~/run",
-                "env.eval_tasks=2",
-                "train.batch_size=4",
-                "rollout.concurrency=4",
-            ]
-        )
-        == 0
-    )
+    assert cli.main(["train", "--config", "smoke", "train.steps=1", "--out", "~/run", "env.eval_tasks=2",
+                     "train.batch_size=4", "rollout.concurrency=4"]) == 0
     run = tmp_path / "run"  # ~ expanded
     assert json.loads((run / "summary.json").read_text())["steps"] == 1
     capsys.readouterr()
-    assert (
-        cli.main(["eval", "--config", "smoke", "--model", str(run), "--tasks", "2", "--json", str(tmp_path / "e.json")])
-        == 0
-    )
+    assert cli.main(["eval", "--config", "smoke", "--model", str(run), "--tasks", "2", "--json", str(tmp_path / "e.json")]) == 0
     out = capsys.readouterr().out
     assert f"| task type | {run} |" in out  # the table names the model evaluated
     record = json.loads((tmp_path / "e.json").read_text())

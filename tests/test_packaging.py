@@ -24,9 +24,7 @@ def test_a_built_wheel_trains_the_shipped_smoke_config_outside_the_clone(tmp_pat
     shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    _run(
-        sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path / "dist", source
-    )
+    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path / "dist", source)
     wheel = next((tmp_path / "dist").glob("streamrl-*.whl"))
 
     venv = tmp_path / "venv"
@@ -41,18 +39,8 @@ def test_a_built_wheel_trains_the_shipped_smoke_config_outside_the_clone(tmp_pat
     assert _run(venv / "bin" / "streamrl", "--version", cwd=elsewhere).strip().startswith("streamrl ")
     location = _run(python, "-c", "import streamrl; print(streamrl.__file__)", cwd=elsewhere)
     assert str(site) in location, location
-    out = _run(
-        venv / "bin" / "streamrl",
-        "train",
-        "--config",
-        "smoke",
-        "--out",
-        "run",
-        "train.steps=1",
-        "sft.demos=4",
-        "env.eval_tasks=2",
-        cwd=elsewhere,
-    )
+    out = _run(venv / "bin" / "streamrl", "train", "--config", "smoke", "--out", "run", "train.steps=1",
+               "sft.demos=4", "env.eval_tasks=2", cwd=elsewhere)
     assert "after 1 RL steps" in out
     saved = (elsewhere / "run" / "config.yaml").read_text()
     assert "lr: 0.0001" in saved  # the shipped smoke config, not the built-in defaults

@@ -19,34 +19,14 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:Fu
 
 def _record(kind: str, step: int, won: bool, task_id: str, advantage: float | None = None) -> dict:
     return {
-        "kind": kind,
-        "step": step,
-        "tag": f"{kind}-v{step}",
-        "request_id": f"r{step}",
-        "task_id": task_id,
-        "task_type": "pick",
-        "task": f"Your task is to: put {task_id} in fridge.",
-        "won": won,
-        "outcome": 1.0 if won else 0.0,
-        "end_reason": "terminated" if won else "max_turns",
-        "policy_version": step,
+        "kind": kind, "step": step, "tag": f"{kind}-v{step}", "request_id": f"r{step}", "task_id": task_id,
+        "task_type": "pick", "task": f"Your task is to: put {task_id} in fridge.", "won": won,
+        "outcome": 1.0 if won else 0.0, "end_reason": "terminated" if won else "max_turns", "policy_version": step,
         "turns": [
-            {
-                "action_text": "go to fridge 1\nand more",
-                "action": "go to fridge 1",
-                "observation": "The fridge 1 is closed.",
-                "reward": 0.0,
-                "format_valid": True,
-                "advantage": advantage,
-            },
-            {
-                "action_text": "<garbage",
-                "action": "",
-                "observation": "Nothing happens.",
-                "reward": 1.0 if won else 0.0,
-                "format_valid": False,
-                "advantage": advantage,
-            },
+            {"action_text": "go to fridge 1\nand more", "action": "go to fridge 1", "observation": "The fridge 1 is closed.",
+             "reward": 0.0, "format_valid": True, "advantage": advantage},
+            {"action_text": "<garbage", "action": "", "observation": "Nothing happens.", "reward": 1.0 if won else 0.0,
+             "format_valid": False, "advantage": advantage},
         ],
     }
 
@@ -55,12 +35,8 @@ def _record(kind: str, step: int, won: bool, task_id: str, advantage: float | No
 def run_folder(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    records = [
-        _record("train", 1, True, "train/1", 0.5),
-        _record("train", 2, False, "train/2", -0.25),
-        _record("eval", 2, True, "test/0"),
-        _record("eval", 2, False, "test/1"),
-    ]
+    records = [_record("train", 1, True, "train/1", 0.5), _record("train", 2, False, "train/2", -0.25),
+               _record("eval", 2, True, "test/0"), _record("eval", 2, False, "test/1")]
     lines = [json.dumps(r) for r in records]
     (run / "samples.jsonl").write_text("\n".join(lines) + "\n" + '{"kind": "eval", "turns": [')  # a run still writing
     return run
@@ -101,13 +77,10 @@ def test_show_renders_with_rich_at_a_terminal(run_folder):
     assert "\x1b[" in text and "go to fridge 1" in text and "WON" in text
 
 
-@pytest.mark.parametrize(
-    "make, expected",
-    [
-        (lambda tmp: tmp / "none", "RUN: no run folder at"),
-        (lambda tmp: tmp, "samples.jsonl does not exist"),
-    ],
-)
+@pytest.mark.parametrize("make, expected", [
+    (lambda tmp: tmp / "none", "RUN: no run folder at"),
+    (lambda tmp: tmp, "samples.jsonl does not exist"),
+])
 def test_show_without_a_run_or_transcripts_is_one_line(tmp_path, capsys, make, expected):
     assert cli.main(["show", str(make(tmp_path))]) == 2
     err = capsys.readouterr().err.strip()
@@ -177,16 +150,8 @@ def test_play_model_watches_a_policy_play(tmp_path, capsys):
     from streamrl.policy import load_policy
 
     model = load_policy(SMALL_TINY).save(tmp_path / "model")
-    argv = [
-        "play",
-        "guess_number",
-        "--task-id",
-        "test/0",
-        "--model",
-        str(model),
-        "rollout.max_turns=2",
-        "rollout.max_new_tokens=6",
-    ]
+    argv = ["play", "guess_number", "--task-id", "test/0", "--model", str(model), "rollout.max_turns=2",
+            "rollout.max_new_tokens=6"]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "[guess_number task test/0; the model plays" in out
@@ -277,17 +242,9 @@ def hf_folder(tmp_path):
 
     tokenizer = load_tiny_tokenizer()
     config = transformers.LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=512, tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
     )
     folder = tmp_path / "llama"
     transformers.LlamaForCausalLM(config).save_pretrained(folder)

@@ -30,15 +30,8 @@ def warn(message: str) -> None:
     print(f"streamrl: warning: {message}", file=sys.stderr)
 
 
-def train(
-    config: ConfigLike = "default",
-    out: str | Path | None = None,
-    *,
-    overrides: Sequence[str] = (),
-    algo: str | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-) -> dict[str, Any]:
+def train(config: ConfigLike = "default", out: str | Path | None = None, *, overrides: Sequence[str] = (),
+          algo: str | None = None, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
     """Train (SFT warm start, RL, evaluation, report) into ``out``; returns the run summary."""
     from streamrl.training.loop import train as train_loop
 
@@ -48,13 +41,8 @@ def train(
     return asyncio.run(train_loop(config, out, resume=resume, overwrite=overwrite))
 
 
-def evaluate(
-    config: ConfigLike = "default",
-    model: str | Path | None = None,
-    *,
-    overrides: Sequence[str] = (),
-    out: str | Path | None = None,
-) -> dict[str, Any]:
+def evaluate(config: ConfigLike = "default", model: str | Path | None = None, *,
+             overrides: Sequence[str] = (), out: str | Path | None = None) -> dict[str, Any]:
     """Evaluate ``model`` (default: ``model.init_from`` or ``model.spec``) on the configured split;
     the metrics name the model (``model``). With ``out``, the transcripts go to ``out/samples.jsonl``
     and the readable ones to ``out/samples.md``."""

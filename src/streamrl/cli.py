@@ -55,27 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def with_config(p: argparse.ArgumentParser, out: bool = True) -> None:
-        p.add_argument(
-            "--config",
-            action="append",
-            help="YAML file or shipped config name, e.g. smoke (repeatable; later files win)",
-        )
+        p.add_argument("--config", action="append", help="YAML file or shipped config name, e.g. smoke (repeatable; later files win)")
         p.add_argument("--env", help="environment (overrides env.name)")
         if out:
             p.add_argument("--out", help="run folder (default runs/<algo>-<env>)")
-            p.add_argument(
-                "--model", dest="model_spec", help="tiny, smollm2-135m or a model folder (overrides model.spec)"
-            )
+            p.add_argument("--model", dest="model_spec", help="tiny, smollm2-135m or a model folder (overrides model.spec)")
         p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.steps=20 algo.dual_clip=3")
 
     train = sub.add_parser("train", help="(SFT warm start,) RL, evaluation, report")
     with_config(train)
     train.add_argument("--algo", choices=ALGORITHMS, help="algorithm (overrides algo.name)")
-    train.add_argument(
-        "--agent",
-        help="train this agent function instead of an environment: path/to/agent.py:run "
-        "(async def run(client, task) -> float; docs/agents.md)",
-    )
+    train.add_argument("--agent", help="train this agent function instead of an environment: path/to/agent.py:run "
+                                       "(async def run(client, task) -> float; docs/agents.md)")
     train.add_argument("--tasks", help="with --agent: JSONL file of tasks (agent.tasks)")
     folder = train.add_mutually_exclusive_group()
     folder.add_argument("--resume", action="store_true", help="continue from the newest intact checkpoint in --out")
@@ -90,19 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = sub.add_parser("eval", help="evaluate a model on a fixed task set")
     with_config(evaluate, out=False)
     evaluate.add_argument("--model", help="run folder, model folder or spec (default: model.init_from or model.spec)")
-    evaluate.add_argument(
-        "--out",
-        help="folder for the transcripts (default: RUN/eval-<env>-<split> for a run folder, "
-        "else runs/eval-<env>-<split>)",
-    )
+    evaluate.add_argument("--out", help="folder for the transcripts (default: RUN/eval-<env>-<split> for a run folder, "
+                                        "else runs/eval-<env>-<split>)")
     evaluate.add_argument("--split", help="evaluation split (default: the environment's)")
     evaluate.add_argument("--tasks", type=int, help="evaluate on the first N tasks only")
     evaluate.add_argument("--json", help="also write the result to this JSON file")
     evaluate.set_defaults(func=cmd_eval)
 
-    serve = sub.add_parser(
-        "serve", help="an OpenAI-compatible endpoint over the policy (--train: learn from its sessions)"
-    )
+    serve = sub.add_parser("serve", help="an OpenAI-compatible endpoint over the policy (--train: learn from its sessions)")
     with_config(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; another needs --token)")
     serve.add_argument("--port", type=int, default=8011, help="port (default 8011; 0: a free one)")
@@ -121,17 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--seed", type=int)
     play.add_argument("--task-id")
     play.add_argument("--option", action="append", type=_option, help="environment option KEY=VALUE")
-    play.add_argument(
-        "--tools",
-        action="store_true",
-        help="the tool form: call the environment's tools (with --model: env.tools=true)",
-    )
+    play.add_argument("--tools", action="store_true",
+                      help="the tool form: call the environment's tools (with --model: env.tools=true)")
     play.add_argument("--model", help="let this policy play while you watch: a run folder, model folder or spec")
-    play.add_argument(
-        "--config",
-        action="append",
-        help="with --model: settings to play with (default: the run's config.yaml, else default)",
-    )
+    play.add_argument("--config", action="append",
+                      help="with --model: settings to play with (default: the run's config.yaml, else default)")
     play.add_argument("--temperature", type=float, help="with --model: sampling temperature (default: evaluation's)")
     play.add_argument("overrides", nargs="*", help="with --model: dotted overrides, e.g. rollout.max_new_tokens=64")
     play.set_defaults(func=cmd_play)
@@ -144,20 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.set_defaults(func=cmd_show)
 
     export = sub.add_parser("export", help="write a run's model as a standard Hugging Face folder")
-    export.add_argument(
-        "source",
-        metavar="RUN_OR_MODEL",
-        help="run folder (final_model, else newest valid checkpoint), model folder or spec",
-    )
+    export.add_argument("source", metavar="RUN_OR_MODEL",
+                        help="run folder (final_model, else newest valid checkpoint), model folder or spec")
     export.add_argument("--out", required=True, help="new folder to write")
-    export.add_argument(
-        "--adapter",
-        action="store_true",
-        help="write the LoRA adapter (with its base model's path) instead of merged weights",
-    )
-    export.add_argument(
-        "--dtype", default="float32", choices=sorted(DTYPE_NAMES), help="weights dtype (default float32)"
-    )
+    export.add_argument("--adapter", action="store_true",
+                        help="write the LoRA adapter (with its base model's path) instead of merged weights")
+    export.add_argument("--dtype", default="float32", choices=sorted(DTYPE_NAMES), help="weights dtype (default float32)")
     export.set_defaults(func=cmd_export)
 
     listing = sub.add_parser("list", help="list environments, algorithms and models")
@@ -182,21 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     from streamrl.policy.errors import ChatTemplateError, MissingDependencyError, PolicyLoadError
     from streamrl.rollout import DeadEnvironmentError
     from streamrl.training.errors import TrainingError, TrainingInterrupted
-    from streamrl.training.run_folder import RunFolderError
+    from streamrl.training.run import RunFolderError
 
     try:
         return args.func(args)
-    except (
-        CLIError,
-        ConfigError,
-        RunFolderError,
-        EnvOptionError,
-        PolicyLoadError,
-        MissingDependencyError,
-        ChatTemplateError,
-        UnknownEnvironmentError,
-        FileNotFoundError,
-    ) as error:
+    except (CLIError, ConfigError, RunFolderError, EnvOptionError, PolicyLoadError, MissingDependencyError,
+            ChatTemplateError, UnknownEnvironmentError, FileNotFoundError) as error:
         print(f"streamrl {args.command}: error: {one_line(error)}", file=sys.stderr)
         return 2
     except (TrainingError, DeadEnvironmentError) as error:  # training stopped itself: one line, status 1

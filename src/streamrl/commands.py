@@ -54,9 +54,7 @@ def _config(args: argparse.Namespace, check: bool = True) -> Config:
 
 
 def _out_dir(args: argparse.Namespace, config: Config) -> Path:
-    return (
-        Path(args.out).expanduser() if args.out else Path("runs") / f"{config.algo.name}-{safe_name(config.env.name)}"
-    )
+    return Path(args.out).expanduser() if args.out else Path("runs") / f"{config.algo.name}-{safe_name(config.env.name)}"
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -82,8 +80,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_sft(args: argparse.Namespace) -> int:
     from streamrl.training.loggers import MetricsLogger
-    from streamrl.training.run import load_run_policy
-    from streamrl.training.run_folder import claim_folder
+    from streamrl.training.run import claim_folder, load_run_policy
     from streamrl.training.sft import behaviour_cloning, demonstrations_and_heldout
 
     config = _config(args)
@@ -114,18 +111,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if run is not None and not args.config and (run / "config.yaml").is_file():
         args.config = [str(run / "config.yaml")]  # a run folder is evaluated with its own settings
     config = _config(args, check=False)  # streamrl.evaluate preflights
-    out = (
-        Path(args.out).expanduser()
-        if args.out
-        else (run or Path("runs")) / f"eval-{safe_name(config.env.name)}-{eval_split(config)}"
-    )
+    out = Path(args.out).expanduser() if args.out else (run or Path("runs")) / f"eval-{safe_name(config.env.name)}-{eval_split(config)}"
     record = {"step": 0, **evaluate(config, model, out=out)}
     record["model"] = args.model or record["model"]
     print(eval_table([record]))
-    print(
-        f"success {100 * record['success']:.1f}%, score {100 * record['score']:.1f} (of 100); "
-        f"transcripts: {out / 'samples.md'}"
-    )
+    print(f"success {100 * record['success']:.1f}%, score {100 * record['score']:.1f} (of 100); "
+          f"transcripts: {out / 'samples.md'}")
     if args.json:
         Path(args.json).expanduser().write_text(json.dumps(record, indent=2))
     return 0
@@ -154,20 +145,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.token:
         os.environ["STREAMRL_ENDPOINT_TOKEN"] = args.token
     if args.host not in ("127.0.0.1", "localhost", "::1") and not os.environ.get("STREAMRL_ENDPOINT_TOKEN"):
-        raise CLIError(
-            f"--host {args.host}: serving beyond this machine needs --token (a bearer token every request must carry)"
-        )
+        raise CLIError(f"--host {args.host}: serving beyond this machine needs --token (a bearer token every request must carry)")
     if args.train:
         if not args.tasks:
             raise CLIError("--train: needs --tasks FILE.jsonl (the tasks agents claim with POST /sessions/next)")
-        args.overrides = [
-            *args.overrides,
-            "agent.external=true",
-            f"agent.tasks={args.tasks}",
-            f"agent.host={args.host}",
-            f"agent.port={args.port}",
-            "train.eval_at_start=false",
-        ]
+        args.overrides = [*args.overrides, "agent.external=true", f"agent.tasks={args.tasks}", f"agent.host={args.host}",
+                          f"agent.port={args.port}", "train.eval_at_start=false"]
         args.resume = args.overwrite = False
         return cmd_train(args)
 
@@ -181,14 +164,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     async def serve() -> None:
         engine = make_engine(config.model.engine, policy, seed=config.train.seed, threads=config.model.threads)
-        endpoint = Endpoint(
-            engine,
-            policy,
-            resolve_tool_format(policy, config.model.tool_format)[0],
-            settings=EndpointSettings(
-                max_new_tokens=config.rollout.max_new_tokens, token=os.environ.get("STREAMRL_ENDPOINT_TOKEN") or None
-            ),
-        )
+        endpoint = Endpoint(engine, policy, resolve_tool_format(policy, config.model.tool_format)[0],
+                            settings=EndpointSettings(max_new_tokens=config.rollout.max_new_tokens,
+                                                      token=os.environ.get("STREAMRL_ENDPOINT_TOKEN") or None))
         server = await EndpointServer(build_app(endpoint), args.host, args.port).start()
         print(f"serving {config.model.init_from or config.model.spec} at {server.url}/v1 (Ctrl-C stops)", flush=True)
         try:
@@ -208,14 +186,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from streamrl.training.compare import run_comparison
 
     if len(args.config or []) > 1:
-        raise CLIError(
-            f"--config: compare takes one comparison file, got {len(args.config)} (training configs go in its base:)"
-        )
-    overrides = [
-        *args.overrides,
-        *([f"env.name={args.env}"] if args.env else []),
-        *([f"model.spec={args.model_spec}"] if args.model_spec else []),
-    ]
+        raise CLIError(f"--config: compare takes one comparison file, got {len(args.config)} (training configs go in its base:)")
+    overrides = [*args.overrides, *([f"env.name={args.env}"] if args.env else []),
+                 *([f"model.spec={args.model_spec}"] if args.model_spec else [])]
     report = run_comparison(args.config[0] if args.config else None, out=args.out, overrides=overrides)
     print(f"comparison report: {report}")
     return 0
@@ -238,9 +211,8 @@ def cmd_play(args: argparse.Namespace) -> int:
     config = _play_config(args, run)
     preflight(config, warn=warning)
     policy = load_policy(model, dtype=config.model.dtype, device=config.model.device, threads=config.model.threads)
-    temperature = (
-        args.temperature if args.temperature is not None else (0.0 if config.eval.greedy else config.eval.temperature)
-    )
+    temperature = args.temperature if args.temperature is not None else (
+        0.0 if config.eval.greedy else config.eval.temperature)
     engine = HFEngine.from_policy(policy, seed=config.train.seed)
     try:
         runner = episode_runner(config, engine, policy, episode_settings(config, temperature=temperature))
@@ -254,7 +226,6 @@ def _play_config(args: argparse.Namespace, run: Path | None) -> Config:
     ``config.yaml``, else the default config. The environment, parser and prompt options of a
     config written for another environment are dropped (they belong to that environment)."""
     overrides = [f"env.name={args.env}", *(["env.tools=true"] if args.tools else []), *args.overrides]
-
     def silent(_: str) -> None:  # the model that plays is --model: no warm start or SFT to skip
         pass
 
@@ -288,9 +259,8 @@ def model_of(spec: str, field: str) -> tuple[str, Path | None]:
     checkpoint = latest_valid(folder / "checkpoints", warn=warn)
     if checkpoint is not None and is_model(checkpoint.path / "policy"):
         return str(checkpoint.path / "policy"), folder
-    raise CLIError(
-        f"{field}: {spec} is neither a model folder nor a run folder with final_model/ or a valid checkpoint"
-    )
+    raise CLIError(f"{field}: {spec} is neither a model folder nor a run folder with final_model/ or a valid "
+                   "checkpoint")
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -301,9 +271,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         raise CLIError(f"RUN: no run folder at {args.run}")
     path = run / "samples.jsonl"
     if not path.is_file():
-        raise CLIError(
-            f"RUN: {path} does not exist (training and evaluation write transcripts there; is this a run folder?)"
-        )
+        raise CLIError(f"RUN: {path} does not exist (training and evaluation write transcripts there; "
+                       "is this a run folder?)")
     records = select_samples(read_samples(path), last=args.last, kind=args.kind, failures=args.failures)
     if not records:
         what = " ".join(filter(None, ["lost" if args.failures else None, args.kind]))
@@ -333,10 +302,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     policy = load_policy(model, dtype=args.dtype)
     folder = export_policy(policy, out, adapter=args.adapter)
     if args.adapter:
-        print(
-            f"LoRA adapter of {model} in {folder} (base: {_adapter_base(folder)}); "
-            "load it with peft.AutoPeftModelForCausalLM.from_pretrained"
-        )
+        print(f"LoRA adapter of {model} in {folder} (base: {_adapter_base(folder)}); "
+              "load it with peft.AutoPeftModelForCausalLM.from_pretrained")
     else:
         merged = " (LoRA merged)" if policy.is_lora else ""
         print(f"{model}{merged} exported to {folder}; load it with transformers.AutoModelForCausalLM.from_pretrained")

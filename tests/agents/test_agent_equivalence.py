@@ -66,9 +66,8 @@ def test_the_agent_path_and_the_tool_form_train_on_the_same_ids(right):
     task_id = "train/7"
     record = DispatchRecord(request_id="r0", prompt_id=task_id, seq=0, policy_version=0)
 
-    runner = EpisodeRunner(
-        engine, policy, ToolCallParser(tool_format), PickObjectPromptBuilder(tools=True), EpisodeSettings(tools=True)
-    )
+    runner = EpisodeRunner(engine, policy, ToolCallParser(tool_format), PickObjectPromptBuilder(tools=True),
+                           EpisodeSettings(tools=True))
     env = make("pick_object")
     through_env = asyncio.run(runner.run(AsyncEnv(env), record))
     env.close()

@@ -12,29 +12,14 @@ from streamrl.training.loggers import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS, BATCH = 6, 8
-ARGS = [
-    "--config",
-    "configs/smoke.yaml",
-    "--agent",
-    "examples/openai_agent.py:run",
-    "--tasks",
-    "examples/pick_tasks.jsonl",
-    f"train.steps={STEPS}",
-    f"train.batch_size={BATCH}",
-    "train.checkpoint_every=2",
-    "train.eval_at_start=false",
-    "env.eval_tasks=2",
-]
+ARGS = ["--config", "configs/smoke.yaml", "--agent", "examples/openai_agent.py:run", "--tasks", "examples/pick_tasks.jsonl",
+        f"train.steps={STEPS}", f"train.batch_size={BATCH}", "train.checkpoint_every=2", "train.eval_at_start=false",
+        "env.eval_tasks=2"]
 
 
 def _train(out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "streamrl", "train", "--out", str(out), *ARGS, *extra],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    return subprocess.Popen([sys.executable, "-m", "streamrl", "train", "--out", str(out), *ARGS, *extra], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def test_agent_training_resumes_after_sigkill(tmp_path, sigkill_at_checkpoint):

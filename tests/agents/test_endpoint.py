@@ -15,18 +15,8 @@ from streamrl.policy.scripted import CharCodec, ScriptedEngine
 from streamrl.policy.tool_format import resolve_tool_format
 from streamrl.rollout.trajectory import DispatchRecord
 
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two numbers.",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
+ADD = {"type": "function", "function": {"name": "add", "description": "Add two numbers.", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}
 
 
 def scripted(prompt: str) -> str:
@@ -82,9 +72,7 @@ def test_plain_and_streamed_completions_and_models():
             reply = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
             assert reply.choices[0].message.content == "Hello there." and reply.choices[0].finish_reason == "stop"
             assert reply.usage.completion_tokens == len("Hello there.") + 1  # and the end-of-turn id
-            stream = await client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "hi"}], stream=True
-            )
+            stream = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
             parts = [chunk.choices[0].delta.content or "" async for chunk in stream]
             assert "".join(parts) == "Hello there."
             assert [m.id for m in (await client.models.list()).data] == ["streamrl-policy"]
@@ -104,10 +92,7 @@ def test_tool_calls_round_trip_and_the_session_records_the_engines_ids():
             assert first.choices[0].finish_reason == "tool_calls" and message.content == "Let me add."
             call = message.tool_calls[0]
             assert call.function.name == "add" and json.loads(call.function.arguments) == {"a": 2, "b": 3}
-            messages += [
-                message.model_dump(exclude_none=True),
-                {"role": "tool", "tool_call_id": call.id, "content": "5"},
-            ]
+            messages += [message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": call.id, "content": "5"}]
             second = await client.chat.completions.create(model="m", messages=messages, tools=[ADD])
             assert second.choices[0].message.content == "The sum is 5"
             await client.close()
@@ -119,12 +104,8 @@ def test_tool_calls_round_trip_and_the_session_records_the_engines_ids():
             session.finished_reward(1.0)
             trajectory = to_trajectory(session, "terminated")
             assert trajectory.layout == "full_history" and trajectory.outcome == 1.0 and trajectory.won
-            assert (
-                trajectory.turns[1].context_ids
-                == served.results[1][0].prompt_ids[
-                    len(served.results[0][0].prompt_ids) + len(served.results[0][1].token_ids) :
-                ]
-            )
+            assert trajectory.turns[1].context_ids == served.results[1][0].prompt_ids[
+                len(served.results[0][0].prompt_ids) + len(served.results[0][1].token_ids):]
             assert trajectory.info["prefix_breaks"] == 0
             assert trajectory.turns[0].tool_calls == [{"name": "add", "arguments": {"a": 2, "b": 3}}]
 
@@ -137,9 +118,7 @@ def test_rewritten_history_breaks_the_prefix_and_becomes_per_step_samples():
             session = served.session()
             client = served.client(session)
             await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "a"}])
-            await client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "b"}]
-            )  # history dropped
+            await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "b"}])  # history dropped
             await client.close()
             session.finished_reward(0.0)
             trajectory = to_trajectory(session, "terminated")
@@ -188,19 +167,8 @@ BAD_REQUESTS = {
     "temperature": ({"messages": [{"role": "user", "content": "x"}], "temperature": 9}, 400, "temperature"),
     "max_tokens": ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, 400, "max_tokens"),
     "bad tools": ({"messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f"}]}, 400, "tools must be"),
-    "bad arguments": (
-        {
-            "messages": [
-                {
-                    "role": "assistant",
-                    "content": "",
-                    "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{oops"}}],
-                }
-            ]
-        },
-        400,
-        "is not JSON",
-    ),
+    "bad arguments": ({"messages": [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]}, 400, "is not JSON"),
     "tool_choice": ({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}, 400, "tool_choice"),
 }
 
@@ -216,19 +184,14 @@ def test_bad_requests_get_openai_errors(case):
             async with httpx.AsyncClient() as http:
                 answer = await http.post(f"{served.server.url}/v1/chat/completions", json=body)
                 assert answer.status_code == status
-                assert (
-                    phrase in answer.json()["error"]["message"]
-                    and answer.json()["error"]["type"] == "invalid_request_error"
-                )
+                assert phrase in answer.json()["error"]["message"] and answer.json()["error"]["type"] == "invalid_request_error"
                 # not JSON, too large, an unknown session: errors too, and the server still answers
                 assert (await http.post(f"{served.server.url}/v1/chat/completions", content=b"{")).status_code == 400
                 huge = {"messages": [{"role": "user", "content": "x" * (2 << 20)}]}
                 assert (await http.post(f"{served.server.url}/v1/chat/completions", json=huge)).status_code == 413
                 gone = await http.post(f"{served.server.url}/sessions/nope/v1/chat/completions", json=body)
                 assert gone.status_code == 404
-                ok = await http.post(
-                    f"{served.server.url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]}
-                )
+                ok = await http.post(f"{served.server.url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
                 assert ok.status_code == 200
 
     asyncio.run(main())
@@ -262,34 +225,23 @@ async def _posts_reward(client, task):
     await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     session = str(client.base_url).rstrip("/").rsplit("/", 2)[-2]
     async with httpx.AsyncClient() as http:
-        await http.post(
-            str(client.base_url).split("/sessions/")[0] + f"/sessions/{session}/reward", json={"reward": 0.25}
-        )
+        await http.post(str(client.base_url).split("/sessions/")[0] + f"/sessions/{session}/reward", json={"reward": 0.25})
 
 
-@pytest.mark.parametrize(
-    "agent, reason, outcome, phrase",
-    [
-        (_good, "terminated", 1.0, None),
-        (_posts_reward, "terminated", 0.25, None),
-        (_crashes, "agent_error", None, "RuntimeError: the agent fell over"),
-        (_hangs, "agent_timeout", None, "ran past 0.5 s"),
-        (_silent, "no_reward", None, "no reward"),
-        (_nan, "agent_error", None, "not a finite number"),
-    ],
-)
+@pytest.mark.parametrize("agent, reason, outcome, phrase", [
+    (_good, "terminated", 1.0, None),
+    (_posts_reward, "terminated", 0.25, None),
+    (_crashes, "agent_error", None, "RuntimeError: the agent fell over"),
+    (_hangs, "agent_timeout", None, "ran past 0.5 s"),
+    (_silent, "no_reward", None, "no reward"),
+    (_nan, "agent_error", None, "not a finite number"),
+])
 def test_an_agent_episode_ends_with_a_reason_never_an_exception(agent, reason, outcome, phrase):
     async def main():
         codec = CharCodec()
         engine = ScriptedEngine(scripted, codec)
-        backend = AgentBackend(
-            engine,
-            codec,
-            resolve_tool_format(codec)[0],
-            agent,
-            [{"id": "train/0", "prompt": "hi"}],
-            AgentSettings(timeout_s=0.5),
-        )
+        backend = AgentBackend(engine, codec, resolve_tool_format(codec)[0], agent, [{"id": "train/0", "prompt": "hi"}],
+                               AgentSettings(timeout_s=0.5))
         try:
             trajectory, worker = await backend.play(record())
         finally:
@@ -309,28 +261,19 @@ def test_an_external_agent_claims_a_dispatched_task_and_reports_its_reward():
 
     async def main():
         codec = CharCodec()
-        backend = ExternalAgentBackend(
-            ScriptedEngine(scripted, codec),
-            codec,
-            resolve_tool_format(codec)[0],
-            [{"id": "train/0", "prompt": "hi"}, {"id": "train/1", "prompt": "yo"}],
-            AgentSettings(timeout_s=5),
-        )
+        backend = ExternalAgentBackend(ScriptedEngine(scripted, codec), codec, resolve_tool_format(codec)[0],
+                                       [{"id": "train/0", "prompt": "hi"}, {"id": "train/1", "prompt": "yo"}],
+                                       AgentSettings(timeout_s=5))
         await backend.start()
         try:
-
             async def elsewhere():
                 async with httpx.AsyncClient() as http:
                     claimed = (await http.post(f"{backend.server.url}/sessions/next?wait=5")).json()
                     assert claimed["task"] == {"id": "train/1", "prompt": "yo"}
                     client = openai.AsyncOpenAI(base_url=claimed["base_url"], api_key=claimed["api_key"], max_retries=0)
-                    await client.chat.completions.create(
-                        model="m", messages=[{"role": "user", "content": claimed["task"]["prompt"]}]
-                    )
+                    await client.chat.completions.create(model="m", messages=[{"role": "user", "content": claimed["task"]["prompt"]}])
                     await client.close()
-                    await http.post(
-                        f"{backend.server.url}/sessions/{claimed['session_id']}/reward", json={"reward": 1.0}
-                    )
+                    await http.post(f"{backend.server.url}/sessions/{claimed['session_id']}/reward", json={"reward": 1.0})
                     # nothing else dispatched: an empty answer, not an error
                     assert (await http.post(f"{backend.server.url}/sessions/next?wait=0")).status_code == 204
 
@@ -357,29 +300,9 @@ def test_serve_train_learns_from_an_agent_in_another_process(tmp_path):
 
     root = Path(__file__).resolve().parents[2]
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamrl",
-            "serve",
-            "--config",
-            "smoke",
-            "--train",
-            "--tasks",
-            "examples/pick_tasks.jsonl",
-            "--port",
-            "0",
-            "train.steps=2",
-            "train.batch_size=2",
-            "rollout.concurrency=2",
-            "--out",
-            str(tmp_path / "run"),
-        ],
-        cwd=root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+        [sys.executable, "-m", "streamrl", "serve", "--config", "smoke", "--train", "--tasks", "examples/pick_tasks.jsonl",
+         "--port", "0", "train.steps=2", "train.batch_size=2", "rollout.concurrency=2", "--out", str(tmp_path / "run")],
+        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         url = None
         for line in process.stdout:
@@ -400,9 +323,8 @@ def test_serve_train_learns_from_an_agent_in_another_process(tmp_path):
                 claimed = answer.json()
                 client = openai.OpenAI(base_url=claimed["base_url"], api_key=claimed["api_key"], max_retries=0)
                 try:
-                    client.chat.completions.create(
-                        model="m", max_tokens=4, messages=[{"role": "user", "content": claimed["task"]["prompt"]}]
-                    )
+                    client.chat.completions.create(model="m", max_tokens=4,
+                                                   messages=[{"role": "user", "content": claimed["task"]["prompt"]}])
                     http.post(f"{url}/sessions/{claimed['session_id']}/reward", json={"reward": float(played % 2)})
                 except (openai.NotFoundError, openai.APIConnectionError, httpx.TransportError):
                     break  # the trainer finished meanwhile and closed the session

@@ -14,9 +14,8 @@ from streamrl.algos.baseline_accuracy import baseline_accuracy
 from streamrl.algos.event_tracker import EventTimeTracker
 
 
-def _bandit(
-    memory: str, failures_late: bool, seed: int, tasks: int = 32, steps: int = 200, per_step: int = 16, slow: int = 6
-) -> tuple[dict, list[float]]:
+def _bandit(memory: str, failures_late: bool, seed: int, tasks: int = 32, steps: int = 200, per_step: int = 16,
+            slow: int = 6) -> tuple[dict, list[float]]:
     """A stationary bandit played through SPO++'s memory: ``per_step`` episodes dispatched per
     published snapshot, each arriving 1 or ``slow`` snapshots later (by outcome when
     ``failures_late``, at random otherwise). ``event_time`` freezes the baseline at dispatch and
@@ -77,13 +76,8 @@ def test_when_failures_arrive_late_the_event_time_memory_turns_optimistic():
 
 
 def test_windows_leave_one_out_and_episodes_without_evidence():
-    graded = baseline_accuracy(
-        tasks=["a", "a", "a", "b"],
-        versions=[0, 1, 9, 0],
-        baselines=[0.5, 0.5, 0.5, 0.5],
-        outcomes=[1.0, 0.0, 1.0, 1.0],
-        window=2,
-    )
+    graded = baseline_accuracy(tasks=["a", "a", "a", "b"], versions=[0, 1, 9, 0], baselines=[0.5, 0.5, 0.5, 0.5],
+                               outcomes=[1.0, 0.0, 1.0, 1.0], window=2)
     # a@0 is graded by a@1 (0.0), a@1 by a@0 (1.0); a@9 and b@0 have no neighbour
     assert (graded.episodes, graded.ungraded) == (2, 2)
     assert graded.bias == pytest.approx(0.0) and graded.mean_abs == pytest.approx(0.5)

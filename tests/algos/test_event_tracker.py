@@ -274,10 +274,7 @@ def test_spo_pp_5_7_4_unregistered_prompt_is_order_invariant(registered_first):
         read = tracker.read_full("fresh")
         assert read.v_hat == pytest.approx(first.read("fresh"), rel=1e-12, abs=0)
         assert read.n_eff == pytest.approx(first.n_eff("fresh"), rel=1e-12)
-        assert (read.v_hat, read.n_eff) == (
-            pytest.approx(expected[0], rel=1e-12),
-            pytest.approx(expected[1], rel=1e-12),
-        )
+        assert (read.v_hat, read.n_eff) == (pytest.approx(expected[0], rel=1e-12), pytest.approx(expected[1], rel=1e-12))
     # the state (with its floating anchor) survives a checkpoint round trip
     restored = EventTimeTracker()
     restored.load_state_dict(json.loads(json.dumps(first.state_dict())))

@@ -45,12 +45,7 @@ def test_compact_prompt_can_remember_visited_receptacles():
     env = make("alfworld_lite")
     observation, info = env.reset(task_id="train/3")
     builder = make_prompt_builder("alfworld_lite", style="compact", history_length=1, visited=True)
-    history = [
-        (observation, "go to shelf 1"),
-        ("...", "open shelf 1"),
-        ("...", "go to cabinet 2"),
-        ("...", "go to shelf 1"),
-    ]
+    history = [(observation, "go to shelf 1"), ("...", "open shelf 1"), ("...", "go to cabinet 2"), ("...", "go to shelf 1")]
     text = builder.step_messages(observation, history, "You arrive at shelf 1.", info)[0]["content"]
     assert "Visited: shelf 1, cabinet 2\n" in text
     plain = make_prompt_builder("alfworld_lite", style="compact", history_length=1)

@@ -40,7 +40,8 @@ def test_later_step_prompt_shows_the_last_two_steps():
     initial, history, observation, info = _episode(3)
     content = make_prompt_builder("alfworld_lite").step_messages(initial, history, observation, info)[0]["content"]
     assert content.startswith(
-        f"You are an expert agent operating in the ALFRED Embodied Environment. Your task is to: {task_of(initial)}\n"
+        "You are an expert agent operating in the ALFRED Embodied Environment. "
+        f"Your task is to: {task_of(initial)}\n"
     )
     assert "Prior to this step, you have already taken 3 step(s)." in content
     for k in (2, 3):

@@ -31,11 +31,8 @@ class _ScriptedGame:
         self.gamefile, self.max_steps, self.steps, self.closed = gamefile, max_steps, 0, False
 
     def _infos(self, won: bool) -> dict:
-        return {
-            "won": [won],
-            "admissible_commands": [["go to countertop 1", "go to fridge 1", "help", "look"]],
-            "extra.gamefile": [self.gamefile],
-        }
+        return {"won": [won], "admissible_commands": [["go to countertop 1", "go to fridge 1", "help", "look"]],
+                "extra.gamefile": [self.gamefile]}
 
     def reset(self):
         return [WELCOME_OBS], self._infos(False)
@@ -54,11 +51,8 @@ class _ScriptedGame:
 def _fake_alfworld(monkeypatch, created: list) -> None:
     class AlfredTWEnv:
         def __init__(self, config, train_eval="train"):
-            folder = {
-                "train": "data_path",
-                "eval_in_distribution": "eval_id_data_path",
-                "eval_out_of_distribution": "eval_ood_data_path",
-            }[train_eval]
+            folder = {"train": "data_path", "eval_in_distribution": "eval_id_data_path",
+                      "eval_out_of_distribution": "eval_ood_data_path"}[train_eval]
             root = Path(config["dataset"][folder])
             self.config = config
             # like alfworld, an unsorted walk; the adapter must sort it

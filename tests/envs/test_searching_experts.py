@@ -18,16 +18,14 @@ def _play(env, act, task_id: str) -> bool:
     return False
 
 
-@pytest.mark.parametrize(
-    ("name", "options", "split", "at_least"),
-    [
-        ("alfworld_lite", {"max_receptacles": 5}, "unseen", 0.7),
-        ("webshop_lite", {}, "test", 0.5),
-    ],
-)
+@pytest.mark.parametrize(("name", "options", "split", "at_least"), [
+    ("alfworld_lite", {"max_receptacles": 5}, "unseen", 0.7),
+    ("webshop_lite", {}, "test", 0.5),
+])
 def test_searching_expert_wins_most_held_out_tasks(name, options, split, at_least):
     env = make(name, **options)
     tasks = env.task_ids(split, limit=20)
     wins = [_play(env, env.searching_expert(), task) for task in tasks]
     env.close()
     assert sum(wins) / len(wins) >= at_least, wins
+

@@ -56,10 +56,8 @@ def test_schemas_come_from_type_hints_and_docstrings():
             "description": "Add to the total.",
             "parameters": {
                 "type": "object",
-                "properties": {
-                    "amount": {"type": "integer", "description": "how much to add"},
-                    "note": {"type": "string", "description": "why (optional)"},
-                },
+                "properties": {"amount": {"type": "integer", "description": "how much to add"},
+                               "note": {"type": "string", "description": "why (optional)"}},
                 "required": ["amount"],
             },
         },
@@ -86,28 +84,13 @@ def test_a_tool_without_documented_arguments_is_refused_by_name():
 
 # (the calls of one turn, the problem kind or None, a phrase of the agent's message)
 BAD_TURNS = {
-    "unparseable JSON": (
-        [ToolCall("call_0", raw='{"name": "add", "arguments": {', error="invalid JSON")],
-        "unparseable_call",
-        "could not be read: invalid JSON",
-    ),
-    "unknown tool": (
-        [ok("call_0", "subtract", amount=1)],
-        "unknown_tool",
-        "unknown tool 'subtract'; the tools are add, explode",
-    ),
+    "unparseable JSON": ([ToolCall("call_0", raw='{"name": "add", "arguments": {', error="invalid JSON")],
+                         "unparseable_call", "could not be read: invalid JSON"),
+    "unknown tool": ([ok("call_0", "subtract", amount=1)], "unknown_tool", "unknown tool 'subtract'; the tools are add, explode"),
     "missing argument": ([ok("call_0", "add")], "bad_arguments", "add: missing argument 'amount'"),
-    "ill-typed argument": (
-        [ok("call_0", "add", amount="two")],
-        "bad_arguments",
-        "add: argument amount: 'two' is not of type 'integer'",
-    ),
+    "ill-typed argument": ([ok("call_0", "add", amount="two")], "bad_arguments", "add: argument amount: 'two' is not of type 'integer'"),
     "unexpected argument": ([ok("call_0", "add", amount=1, by="me")], "bad_arguments", "unexpected argument 'by'"),
-    "too many calls": (
-        [ok(f"call_{i}", "add", amount=0) for i in range(3)],
-        "too_many_calls",
-        "not run: at most 2 tool call(s)",
-    ),
+    "too many calls": ([ok(f"call_{i}", "add", amount=0) for i in range(3)], "too_many_calls", "not run: at most 2 tool call(s)"),
 }
 
 
@@ -154,20 +137,10 @@ def test_good_calls_run_in_order_and_the_ending_call_ends_the_episode():
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            st.sampled_from(["add", "explode", "nope", None]),
-            st.dictionaries(
-                st.sampled_from(["amount", "note", "x"]),
-                st.one_of(st.integers(-3, 3), st.text(max_size=4), st.none()),
-                max_size=3,
-            ),
-        ),
-        max_size=4,
-    ),
-    st.text(max_size=10),
-)
+@given(st.lists(st.tuples(st.sampled_from(["add", "explode", "nope", None]),
+                          st.dictionaries(st.sampled_from(["amount", "note", "x"]),
+                                          st.one_of(st.integers(-3, 3), st.text(max_size=4), st.none()), max_size=3)),
+                max_size=4), st.text(max_size=10))
 def test_no_message_crashes_a_step(calls, content):
     env = Counter()
     env.reset(task_id="train/0")

@@ -53,9 +53,7 @@ def test_missing_attribute_wrong_option_and_price_each_cost_one_share(env):
         # a wrong option
         name, value = next(iter(options.items()))
         other = next(v for v in product["options"][name] if v != value)
-        assert purchase_reward(product, goal, product["price"], {**options, name: other})[0] == pytest.approx(
-            (n - 1) / n
-        )
+        assert purchase_reward(product, goal, product["price"], {**options, name: other})[0] == pytest.approx((n - 1) / n)
         # an option not chosen at all counts as not matched
         assert purchase_reward(product, goal, product["price"], {})[0] == pytest.approx((n - len(options)) / n)
         # the price over the bound
@@ -70,15 +68,9 @@ def test_wrong_product_type_scales_the_reward(env):
     reward, parts = purchase_reward(other, goal, other["price"], {})
     assert parts["r_type"] == kind["r_type"] < 1.0
     # the raw formula, scaled
-    assert reward == pytest.approx(
-        kind["r_type"] * (parts["r_att"] * len(goal["attributes"]) + int(parts["r_price"])) / _n(goal)
-    )
+    assert reward == pytest.approx(kind["r_type"] * (parts["r_att"] * len(goal["attributes"]) + int(parts["r_price"])) / _n(goal))
     # WebShop's thresholds, on hand-made names
-    base = {
-        "query": "q",
-        "product_category": "A › B › C",
-        "name": "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda",
-    }
+    base = {"query": "q", "product_category": "A › B › C", "name": "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda"}
     assert type_reward({**base, "name": "zzz"}, base)["r_type"] == 0.0
     partial = type_reward({**base, "query": "x", "product_category": "X › Y", "name": "alpha beta"}, base)
     assert partial["title_score"] == pytest.approx(2 / 11) and partial["r_type"] == 0.5
@@ -188,12 +180,7 @@ def test_parse_action_like_webshop():
 def test_catalogue_and_goals_are_deterministic_and_splits_disjoint():
     catalog = build_catalog()
     assert len(catalog.products) >= 3000 and {p["category"] for p in catalog.products} == {
-        "fashion",
-        "makeup",
-        "electronics",
-        "furniture",
-        "food",
-    }
+        "fashion", "makeup", "electronics", "furniture", "food"}
     assert catalog.digest() == build_catalog.__wrapped__().digest()
     goals = build_goals()
     assert goals.digest() == build_goals.__wrapped__().digest()
@@ -231,9 +218,7 @@ def test_prompts_and_parser(env):
     observation, info = env.reset(task_id="test/2")
     result = env.step(env.expert_action())
     verl = make_prompt_builder("webshop_lite")
-    content = verl.step_messages(observation, [(observation, "search[x]")], result.observation, result.info)[0][
-        "content"
-    ]
+    content = verl.step_messages(observation, [(observation, "search[x]")], result.observation, result.info)[0]["content"]
     assert content.startswith("You are an expert autonomous agent operating in the WebShop")
     assert f"Your task is to: {info['instruction']}." in content and "'click[back to search]'" in content
     assert "[Observation 1: " in content and "<think>" in content
@@ -246,7 +231,7 @@ def test_prompts_and_parser(env):
     for action in result.info["admissible_actions"]:
         assert short.count(action) == 1, action
     first = result_lines[0].split(" | ")
-    asin = first[0][len("click[") : -1]
+    asin = first[0][len("click["):-1]
     assert asin.upper() in result.observation.split(" [SEP] ") and first[2].startswith("$")
     search_page = compact.step_messages(observation, [], observation, info)[0]["content"]
     assert "Actions: search[<your query>]" in search_page
@@ -262,7 +247,7 @@ def test_numbered_results_click_the_kth_result_shown_and_nothing_else(env):
     assert shown_results(info["admissible_actions"]) == [] and env.step("click[1]").info["invalid_action"]
     page = env.step("search[monitor arm]")
     results = shown_results(page.info["admissible_actions"])
-    assert [r[len("click[") : -1].upper() for r in results] == env.state()["results"][:10]
+    assert [r[len("click["):-1].upper() for r in results] == env.state()["results"][:10]
     assert resolve_result_number("click[ 3 ]", lambda: page.info["admissible_actions"]) == results[2]
     assert resolve_result_number("click[11]", lambda: page.info["admissible_actions"]) == "click[11]"
     assert resolve_result_number("click[0]", lambda: page.info["admissible_actions"]) == "click[0]"

@@ -20,25 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def _train(algo: str, out: Path) -> float:
     start = time.perf_counter()
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "streamrl",
-            "train",
-            "--config",
-            "configs/smoke.yaml",
-            "--env",
-            "webshop_lite",
-            "--algo",
-            algo,
-            "--out",
-            str(out),
-            "train.steps=2",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, "-m", "streamrl", "train", "--config", "configs/smoke.yaml", "--env", "webshop_lite",
+         "--algo", algo, "--out", str(out), "train.steps=2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     elapsed = time.perf_counter() - start
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]

@@ -93,33 +93,21 @@ def episode(single_call: bool) -> list[tuple[dict, list[dict]]]:
         first_calls.append(call("c2", "inventory", {}))
         results.append(tool_result("c2", "inventory", "You carry: nothing."))
     return [
+        ({"role": "assistant", "content": "" if single_call else "I will look around.", "tool_calls": first_calls}, results),
         (
-            {"role": "assistant", "content": "" if single_call else "I will look around.", "tool_calls": first_calls},
-            results,
-        ),
-        (
-            {
-                "role": "assistant",
-                "content": "",
-                "tool_calls": [call("c3", "act", {"command": 'open fridge 1 ✓ "now"'})],
-            },
+            {"role": "assistant", "content": "", "tool_calls": [call("c3", "act", {"command": "open fridge 1 ✓ \"now\""})]},
             [tool_result("c3", "act", "You open the fridge 1. In it, you see a egg 2.")],
         ),
         ({"role": "assistant", "content": "The apple is not here."}, [{"role": "user", "content": "Keep going."}]),
         (
             {"role": "assistant", "content": "", "tool_calls": [call("c4", "act", {"command": "look"})]},
-            [
-                tool_result("c4", "act", "You are in the middle of a room."),
-                {"role": "user", "content": "2 steps left."},
-            ],
+            [tool_result("c4", "act", "You are in the middle of a room."), {"role": "user", "content": "2 steps left."}],
         ),
     ]
 
 
 def expected_parse(message: dict) -> tuple[str, list[dict]]:
-    calls = [
-        {"name": c["function"]["name"], "arguments": c["function"]["arguments"]} for c in message.get("tool_calls", [])
-    ]
+    calls = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]} for c in message.get("tool_calls", [])]
     return (message.get("content") or "").strip(), calls
 
 
@@ -167,12 +155,8 @@ def test_qwen3_like_is_not_append_only_but_bridges():
         "<|im_start|>assistant\n"
     )
     # what the model writes after the generation prompt: an empty think block, then the call
-    reply = codec.render_reply(
-        {"role": "assistant", "content": "", "tool_calls": [call("c1", "act", {"command": "look"})]}
-    )
-    assert (
-        reply == '<think>\n\n</think>\n\n<tool_call>\n{"name": "act", "arguments": {"command": "look"}}\n</tool_call>'
-    )
+    reply = codec.render_reply({"role": "assistant", "content": "", "tool_calls": [call("c1", "act", {"command": "look"})]})
+    assert reply == '<think>\n\n</think>\n\n<tool_call>\n{"name": "act", "arguments": {"command": "look"}}\n</tool_call>'
     thought = codec.render_reply({"role": "assistant", "content": "<think>\nNear.\n</think>\n\nGo."})
     assert FORMATS["qwen3"].parse(thought) == {"content": "Go.", "reasoning_content": "Near.", "tool_calls": []}
 
@@ -180,11 +164,7 @@ def test_qwen3_like_is_not_append_only_but_bridges():
 def test_hermes_bridges_group_tool_results_and_open_the_next_turn():
     codec = ChatTemplateCodec(tiny_tokenizer_with())
     assert codec.append_only and codec.not_append_only_reason == ""
-    messages = [
-        tool_result("c1", "act", "r1"),
-        tool_result("c2", "inventory", "r2"),
-        {"role": "user", "content": "next"},
-    ]
+    messages = [tool_result("c1", "act", "r1"), tool_result("c2", "inventory", "r2"), {"role": "user", "content": "next"}]
     assert codec.tokenizer.decode(codec.encode_bridge(messages, tools=TOOLS)) == (
         "\n<|im_start|>user\n<tool_response>\nr1\n</tool_response>\n<tool_response>\nr2\n</tool_response><|im_end|>\n"
         "<|im_start|>user\nnext<|im_end|>\n<|im_start|>assistant\n"
@@ -197,13 +177,8 @@ def test_llama_like_writes_ipython_turns_and_one_call_per_message():
     codec = ChatTemplateCodec(llama_tokenizer())
     assert codec.tokenizer.convert_ids_to_tokens(codec.end_of_turn_id) == "<|eot_id|>"
     bridge = codec.tokenizer.decode(codec.encode_bridge([tool_result("c1", "act", "r1")], tools=TOOLS))
-    assert (
-        bridge
-        == "<|start_header_id|>ipython<|end_header_id|>\n\nr1<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
-    )
-    reply = codec.render_reply(
-        {"role": "assistant", "tool_calls": [call("c1", "act", {"command": "look"})]}, tools=TOOLS
-    )
+    assert bridge == "<|start_header_id|>ipython<|end_header_id|>\n\nr1<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+    reply = codec.render_reply({"role": "assistant", "tool_calls": [call("c1", "act", {"command": "look"})]}, tools=TOOLS)
     assert reply == '{"name": "act", "parameters": {"command": "look"}}'
     with pytest.raises(ChatTemplateError, match="only supports single tool-calls"):
         codec.encode_bridge([tool_result("c1", "act", "r1"), tool_result("c2", "act", "r2")], tools=TOOLS)
@@ -214,25 +189,13 @@ def test_render_reply_round_trips_through_parse(name):
     make, format_name, _, single_call = TEMPLATES[name]
     codec = ChatTemplateCodec(make())
     messages = [
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [call("c1", "act", {"command": "take apple 1 from countertop 1"})],
-        },
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [call("c1", "act", {"command": 'ünïcödé ✓ "quoted" \\ back'})],
-        },
+        {"role": "assistant", "content": "", "tool_calls": [call("c1", "act", {"command": "take apple 1 from countertop 1"})]},
+        {"role": "assistant", "content": "", "tool_calls": [call("c1", "act", {"command": "ünïcödé ✓ \"quoted\" \\ back"})]},
         {"role": "assistant", "content": "", "tool_calls": [call("c1", "inventory", {})]},
     ]
     if not single_call:  # Llama 3.1 writes a call without content, one per message
         messages += [
-            {
-                "role": "assistant",
-                "content": "Two things at once.",
-                "tool_calls": [call("a", "act", {"command": "look"}), call("b", "inventory", {})],
-            },
+            {"role": "assistant", "content": "Two things at once.", "tool_calls": [call("a", "act", {"command": "look"}), call("b", "inventory", {})]},
         ]
     messages.append({"role": "assistant", "content": "Just text, 12 * 7 = 84."})
     for message in messages:
@@ -243,9 +206,7 @@ def test_render_reply_round_trips_through_parse(name):
 
 def test_render_reply_needs_the_generation_prompt_as_a_prefix():
     # DeepSeek-R1 style: the generation prompt opens <think>, the rendered turn does not
-    template = TINY_TEMPLATE_BEFORE_TOOLS.replace(
-        "{{ '<|im_start|>assistant\\n' }}", "{{ '<|im_start|>assistant\\n<think>\\n' }}"
-    )
+    template = TINY_TEMPLATE_BEFORE_TOOLS.replace("{{ '<|im_start|>assistant\\n' }}", "{{ '<|im_start|>assistant\\n<think>\\n' }}")
     codec = ChatTemplateCodec(tiny_tokenizer_with(template))
     with pytest.raises(ChatTemplateError, match="does not start with its generation prompt"):
         codec.render_reply({"role": "assistant", "content": "hi"})
@@ -270,11 +231,7 @@ TOOL_FREE_CHATS = [
         {"role": "assistant", "content": ""},
         {"role": "user", "content": "{% raw %} <tool_call> is only text here"},
     ],
-    [
-        {"role": "user", "content": "a"},
-        {"role": "system", "content": "late system"},
-        {"role": "assistant", "content": "b"},
-    ],
+    [{"role": "user", "content": "a"}, {"role": "system", "content": "late system"}, {"role": "assistant", "content": "b"}],
     [{"role": "assistant", "content": "starts with the reply", "tool_calls": []}],
 ]
 
@@ -299,11 +256,7 @@ def test_tiny_template_with_tools():
     assert tokenizer.chat_template == read_chat_template("hermes")
     messages = [
         *OPENING,
-        {
-            "role": "assistant",
-            "content": "I will look.",
-            "tool_calls": [call("c1", "act", {"command": "look"}), call("c2", "inventory", {})],
-        },
+        {"role": "assistant", "content": "I will look.", "tool_calls": [call("c1", "act", {"command": "look"}), call("c2", "inventory", {})]},
         tool_result("c1", "act", "You see a fridge 1."),
         tool_result("c2", "inventory", "nothing"),
     ]
@@ -387,9 +340,7 @@ def test_char_codec_tools():
     reply = {"role": "assistant", "content": "Go.", "tool_calls": [call("c1", "act", {"command": "look"})]}
     assert codec.render_reply(reply) == 'Go.\n<tool_call>{"name": "act", "arguments": {"command": "look"}}</tool_call>'
     assert FORMATS["hermes"].parse(codec.render_reply(reply)) == {
-        "content": "Go.",
-        "reasoning_content": None,
-        "tool_calls": [{"name": "act", "arguments": {"command": "look"}}],
+        "content": "Go.", "reasoning_content": None, "tool_calls": [{"name": "act", "arguments": {"command": "look"}}]
     }
     bridge = codec.decode(codec.encode_bridge([tool_result("c1", "act", "ok"), {"role": "user", "content": "more"}]))
     assert bridge == (

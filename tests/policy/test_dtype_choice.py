@@ -12,15 +12,12 @@ from streamrl.training.config_files import load_config
 AVX2_ONLY = {"fpu", "sse2", "avx", "avx2", "fma", "avx512f"}
 
 
-@pytest.mark.parametrize(
-    ("flags", "expected"),
-    [
-        (AVX2_ONLY, "float32"),  # bf16 emulated: ~1 GFLOP/s against 90 in float32
-        (AVX2_ONLY | {"avx512_bf16"}, "float32"),  # native, but slower than float32 without AMX
-        (AVX2_ONLY | {"amx_bf16", "amx_tile"}, "bfloat16"),
-        (set(), "float32"),  # unreadable cpuinfo: the safe choice
-    ],
-)
+@pytest.mark.parametrize(("flags", "expected"), [
+    (AVX2_ONLY, "float32"),                       # bf16 emulated: ~1 GFLOP/s against 90 in float32
+    (AVX2_ONLY | {"avx512_bf16"}, "float32"),     # native, but slower than float32 without AMX
+    (AVX2_ONLY | {"amx_bf16", "amx_tile"}, "bfloat16"),
+    (set(), "float32"),                           # unreadable cpuinfo: the safe choice
+])
 def test_cpu_choice_follows_native_bf16_support(flags, expected):
     name, reason = choose_dtype("cpu", flags=flags)
     assert name == expected

@@ -24,27 +24,22 @@ def _model(source, arch):
 
 def _hf_forward(model, ids, mask, positions, cache):
     decoder, _ = decoder_and_head(model)
-    return decoder(
-        input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{cache_argument(decoder): cache}
-    ).last_hidden_state
+    return decoder(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                   **{cache_argument(decoder): cache}).last_hidden_state
 
 
 def _prefill_then_decode(forward, model):
     """Last hidden states of a left-padded prefill and of one decode step over a slab, and the KV."""
     config = model.config
     ids, mask, positions, _ = layout([[5, 6, 7, 8, 9, 10], [11, 12, 13]], [6, 3])
-    head_dim = (
-        config.head_dim if getattr(config, "head_dim", None) else config.hidden_size // config.num_attention_heads
-    )
+    head_dim = config.head_dim if getattr(config, "head_dim", None) else config.hidden_size // config.num_attention_heads
     slab = SlabCache(config.num_hidden_layers, config.num_key_value_heads, head_dim, torch.float32, "cpu")
     slab.relayout(2, 16, shift=6)
     first = forward(ids, mask[:, None], positions, SlabPrefill(slab, [0, 1], 6))[:, -1]
     slab.occupy(0, 6)
     slab.occupy(1, 3)
     slab.lo = 0
-    step = forward(
-        torch.tensor([[14], [15]]), slab.step_mask(torch.ones(2, dtype=torch.bool)), torch.tensor([[6], [3]]), slab
-    )
+    step = forward(torch.tensor([[14], [15]]), slab.step_mask(torch.ones(2, dtype=torch.bool)), torch.tensor([[6], [3]]), slab)
     return first, step[:, -1], [kv[:, :, : slab.end + 1] for kv in slab.keys + slab.values]  # columns written
 
 
@@ -97,10 +92,8 @@ def test_engine_with_and_without_fused_forward_agree(small_policy):
         loop = engine._decode_loop
         if not fused:
             loop._fused = None
-        pending = [
-            GenerationRequest(f"r{i}", p, SamplingParams(temperature=0.0, max_new_tokens=3 + 2 * i))
-            for i, p in enumerate(prompts)
-        ]
+        pending = [GenerationRequest(f"r{i}", p, SamplingParams(temperature=0.0, max_new_tokens=3 + 2 * i))
+                   for i, p in enumerate(prompts)]
         results = {}
         while pending or loop.live:
             admitted, pending = pending[: loop.free_capacity], pending[loop.free_capacity :]

@@ -35,10 +35,8 @@ def test_an_int8_projection_is_close_to_float_and_follows_its_weight():
 
 
 def _sampled(engine, policy, count=6, tokens=16):
-    requests = [
-        GenerationRequest(f"r{i}", p, SamplingParams(max_new_tokens=tokens, seed=i))
-        for i, p in enumerate(prompts(policy, count))
-    ]
+    requests = [GenerationRequest(f"r{i}", p, SamplingParams(max_new_tokens=tokens, seed=i))
+                for i, p in enumerate(prompts(policy, count))]
 
     async def generate():
         return await asyncio.gather(*(engine.generate(r) for r in requests))
@@ -47,13 +45,9 @@ def _sampled(engine, policy, count=6, tokens=16):
 
 
 def _logprob_gaps(policy, model, sampled) -> torch.Tensor:
-    return torch.cat(
-        [
-            torch.tensor(result.logprobs)
-            - scored_logprobs(model, prompt, result.token_ids, policy.banned_token_ids, 1.0)
-            for prompt, result in sampled
-        ]
-    )
+    return torch.cat([torch.tensor(result.logprobs) - scored_logprobs(model, prompt, result.token_ids,
+                                                                     policy.banned_token_ids, 1.0)
+                      for prompt, result in sampled])
 
 
 def test_int8_behaviour_logprobs_are_the_quantised_policys_close_to_the_float_ones():

@@ -19,9 +19,7 @@ def _lora_policy():
 def _trained_blocks(policy) -> set[int]:
     from streamrl.policy.policy import _block_index
 
-    return {
-        _block_index(n) for n, p in policy.model.named_parameters() if p.requires_grad and _block_index(n) is not None
-    }
+    return {_block_index(n) for n, p in policy.model.named_parameters() if p.requires_grad and _block_index(n) is not None}
 
 
 def _backward(policy) -> None:

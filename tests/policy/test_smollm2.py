@@ -79,9 +79,7 @@ def test_chatml_bridge_is_exact_with_the_real_tokenizer(smollm2):
         ("You arrive at fridge 1.", "<action>open fridge 1</action>"),
         ("You open the fridge 1. In it, you see a egg 2.", "<action>take egg 2</action>"),
     ]:
-        transcript += (
-            encode(reply) + [smollm2.end_of_turn_id] + smollm2.encode_bridge([{"role": "user", "content": observation}])
-        )
+        transcript += encode(reply) + [smollm2.end_of_turn_id] + smollm2.encode_bridge([{"role": "user", "content": observation}])
         messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
         assert transcript == smollm2.encode_chat(messages)
 
@@ -100,33 +98,14 @@ def test_shipped_template_with_tools_and_the_real_tokenizer(smollm2):
     assert "<tool_call>" not in smollm2.tokenizer.get_vocab() and smollm2.append_only
     tool_format, _ = resolve_tool_format(smollm2)
     assert tool_format.name == "hermes"
-    tools = [
-        {
-            "type": "function",
-            "function": {
-                "name": "act",
-                "description": "Act.",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"command": {"type": "string"}},
-                    "required": ["command"],
-                },
-            },
-        }
-    ]
+    tools = [{"type": "function", "function": {"name": "act", "description": "Act.", "parameters": {
+        "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
     messages = [{"role": "user", "content": "Your task is to: put a clean apple in fridge."}]
     transcript = smollm2.encode_chat(messages, tools=tools)
-    reply = {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [
-            {"type": "function", "id": "c1", "function": {"name": "act", "arguments": {"command": "open fridge 1"}}}
-        ],
-    }
+    reply = {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "id": "c1", "function": {"name": "act", "arguments": {"command": "open fridge 1"}}}]}
     generated = smollm2.tokenizer.encode(smollm2.render_reply(reply, tools), add_special_tokens=False)
-    assert tool_format.parse(smollm2.decode(generated))["tool_calls"] == [
-        {"name": "act", "arguments": {"command": "open fridge 1"}}
-    ]
+    assert tool_format.parse(smollm2.decode(generated))["tool_calls"] == [{"name": "act", "arguments": {"command": "open fridge 1"}}]
     result = {"role": "tool", "tool_call_id": "c1", "name": "act", "content": "You open the fridge 1."}
     transcript += generated + [smollm2.end_of_turn_id] + smollm2.encode_bridge([result], tools)
     assert transcript == smollm2.encode_chat([*messages, reply, result], tools=tools)

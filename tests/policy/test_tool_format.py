@@ -51,13 +51,7 @@ TABLE = [
         None,
         [error('{"arguments": {"command": "look"}}', 'the call has no string "name"')],
     ),
-    (
-        "hermes",
-        '<tool_call>{"name": 3, "arguments": {}}</tool_call>',
-        "",
-        None,
-        [error('{"name": 3, "arguments": {}}', 'the call has no string "name"')],
-    ),
+    ("hermes", '<tool_call>{"name": 3, "arguments": {}}</tool_call>', "", None, [error('{"name": 3, "arguments": {}}', 'the call has no string "name"')]),
     (
         "hermes",
         '<tool_call>{"name": "act", "arguments": "{\\"command\\": \\"go to desk 1\\"}"}</tool_call>',
@@ -80,29 +74,11 @@ TABLE = [
         [error('{"name": "act", "arguments": [1]}', '"arguments" is a JSON array, not an object')],
     ),
     # ill-typed arguments are not coerced: the environment's validation sees them as written
-    (
-        "hermes",
-        '<tool_call>{"name": "wait", "arguments": {"steps": "3"}}</tool_call>',
-        "",
-        None,
-        [{"name": "wait", "arguments": {"steps": "3"}}],
-    ),
+    ("hermes", '<tool_call>{"name": "wait", "arguments": {"steps": "3"}}</tool_call>', "", None, [{"name": "wait", "arguments": {"steps": "3"}}]),
     ("hermes", '<tool_call>{"name": "look"}</tool_call>', "", None, [LOOK]),
     # cut by max_new_tokens: an error entry, also when what was written happens to be complete JSON
-    (
-        "hermes",
-        f'{CALL_GO}\n<tool_call>\n{{"name": "look", "argu',
-        "",
-        None,
-        [GO, error('{"name": "look", "argu', "the call was cut off")],
-    ),
-    (
-        "hermes",
-        '<tool_call>\n{"name": "look", "arguments": {}}',
-        "",
-        None,
-        [error('{"name": "look", "arguments": {}}', "the call was cut off")],
-    ),
+    ("hermes", f'{CALL_GO}\n<tool_call>\n{{"name": "look", "argu', "", None, [GO, error('{"name": "look", "argu', "the call was cut off")]),
+    ("hermes", '<tool_call>\n{"name": "look", "arguments": {}}', "", None, [error('{"name": "look", "arguments": {}}', "the call was cut off")]),
     ("hermes", "I am done. <action>look</action>", "I am done. <action>look</action>", None, []),
     ("hermes", "", "", None, []),
     ("hermes", "<think>hm</think>go", "<think>hm</think>go", None, []),  # hermes has no reasoning field
@@ -115,13 +91,7 @@ TABLE = [
     ("llama3_json", ' {"name": "act", "arguments": {"command": "go to desk 1"}}', "", None, [GO]),
     ("llama3_json", "The desk is to the left.", "The desk is to the left.", None, []),
     ("llama3_json", "Use {braces} later.", "Use {braces} later.", None, []),
-    (
-        "llama3_json",
-        '{"name": "act", "parameters": {"comm',
-        "",
-        None,
-        [error('{"name": "act", "parameters": {"comm', "the call is not valid JSON")],
-    ),
+    ("llama3_json", '{"name": "act", "parameters": {"comm', "", None, [error('{"name": "act", "parameters": {"comm', "the call is not valid JSON")]),
     ("llama3_json", "<|python_tag|>print(1)", "", None, [error("print(1)", "the call is not valid JSON")]),
 ]
 
@@ -142,34 +112,8 @@ def test_parse_table(name, text, content, reasoning, calls):
 
 
 ALPHABET = st.sampled_from(
-    [
-        "<tool_call>",
-        "</tool_call>",
-        "<think>",
-        "</think>",
-        "<|python_tag|>",
-        "{",
-        "}",
-        "[",
-        "]",
-        '"',
-        ":",
-        ",",
-        "\n",
-        " ",
-        '"name"',
-        '"arguments"',
-        '"parameters"',
-        "act",
-        "1",
-        "null",
-        "\\",
-        "<",
-        ">",
-        "\x01",
-        "\x02",
-        "é",
-    ]
+    ["<tool_call>", "</tool_call>", "<think>", "</think>", "<|python_tag|>", "{", "}", "[", "]", '"', ":", ",", "\n", " ",
+     '"name"', '"arguments"', '"parameters"', "act", "1", "null", "\\", "<", ">", "\x01", "\x02", "é"]
 )
 
 
@@ -191,9 +135,7 @@ def test_parse_never_raises(pieces, name):
 def test_a_broken_response_template_does_not_raise():
     broken = ToolFormat("broken", {"start_anchor": "x", "fields": {"content": {"content": "nonsense"}}})
     parsed = broken.parse("hello")
-    assert parsed["content"] == "hello" and parsed["tool_calls"][0]["error"].startswith(
-        "the broken response parser failed"
-    )
+    assert parsed["content"] == "hello" and parsed["tool_calls"][0]["error"].startswith("the broken response parser failed")
 
 
 # -- choosing a format -----------------------------------------------------------------------------
@@ -251,9 +193,7 @@ def test_auto_prefers_the_tokenizers_own_response_template():
     }
     tool_format, why = resolve_tool_format(tokenizer)
     assert tool_format.name == "tokenizer" and "own response_template" in why
-    parsed = tool_format.parse(
-        'go <call>{"name": "act", "arguments": {"command": "go to desk 1"}}</call><call>oops</call>'
-    )
+    parsed = tool_format.parse('go <call>{"name": "act", "arguments": {"command": "go to desk 1"}}</call><call>oops</call>')
     assert parsed["tool_calls"] == [GO, {"raw": "oops", "error": parsed["tool_calls"][1]["error"]}]
     assert parsed["tool_calls"][1]["error"].startswith("the call is not valid JSON")
     tokenizer.response_template = {"fields": {}}

@@ -19,9 +19,8 @@ NAMES = ("embed.weight", "head.weight")
 
 def _output(token_ids, logprobs, finish="stop", text=""):
     positions = [{t: SimpleNamespace(logprob=lp)} for t, lp in zip(token_ids, logprobs)]
-    return SimpleNamespace(
-        outputs=[SimpleNamespace(token_ids=token_ids, logprobs=positions, finish_reason=finish, text=text)]
-    )
+    return SimpleNamespace(outputs=[SimpleNamespace(token_ids=token_ids, logprobs=positions, finish_reason=finish,
+                                                    text=text)])
 
 
 class FakeVLLM:
@@ -73,20 +72,11 @@ def _weights(offset):
 
 
 def test_request_building_bans_value_tokens_through_allowed_ids():
-    sampling = SamplingParams(
-        temperature=0.7, top_p=0.9, max_new_tokens=5, stop_token_ids=(3,), stop_strings=("</a>",), seed=4
-    )
+    sampling = SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=5, stop_token_ids=(3,), stop_strings=("</a>",),
+                              seed=4)
     kwargs = sampling_kwargs(sampling, [0, 1, 2])
-    assert kwargs == {
-        "temperature": 0.7,
-        "top_p": 0.9,
-        "max_tokens": 5,
-        "stop_token_ids": [3],
-        "stop": ["</a>"],
-        "seed": 4,
-        "logprobs": 0,
-        "allowed_token_ids": [0, 1, 2],
-    }
+    assert kwargs == {"temperature": 0.7, "top_p": 0.9, "max_tokens": 5, "stop_token_ids": [3], "stop": ["</a>"],
+                      "seed": 4, "logprobs": 0, "allowed_token_ids": [0, 1, 2]}
     engine = _engine(FakeVLLM())
     assert engine._allowed == list(range(10))
 
@@ -94,12 +84,7 @@ def test_request_building_bans_value_tokens_through_allowed_ids():
 def test_log_prob_extraction_and_finish_reasons():
     result = to_result("r", _output([4, 2], [-0.5, -1.5], "length", "ab"), 3)
     assert (result.token_ids, result.logprobs, result.finish_reason, result.policy_version, result.text) == (
-        [4, 2],
-        [-0.5, -1.5],
-        "length",
-        3,
-        "ab",
-    )
+        [4, 2], [-0.5, -1.5], "length", 3, "ab")
     missing = _output([4, 2], [-0.5, -1.5])
     missing.outputs[0].logprobs[1] = {7: SimpleNamespace(logprob=-2.0)}  # not the sampled token
     assert to_result("r", missing, 0).finish_reason == "error"
@@ -124,9 +109,7 @@ def test_generate_token_ids_and_behaviour_logprobs():
     async def main():
         fake = FakeVLLM()
         engine = _engine(fake)
-        result = await engine.generate(
-            GenerationRequest("a", [1, 2], SamplingParams(max_new_tokens=4, stop_token_ids=(5,)))
-        )
+        result = await engine.generate(GenerationRequest("a", [1, 2], SamplingParams(max_new_tokens=4, stop_token_ids=(5,))))
         await engine.close()
         return fake, result
 
@@ -210,7 +193,7 @@ def test_vllm_logprobs_match_the_policy_and_never_sample_value_tokens(real):
             ids = torch.tensor([prompt + result.token_ids], device="cuda")
             logits = policy.model(ids).logits[0, len(prompt) - 1 : -1].float()
             logits[:, list(banned)] = float("-inf")
-            expected = torch.log_softmax(logits, -1).gather(1, ids[0, len(prompt) :, None])[:, 0]
+            expected = torch.log_softmax(logits, -1).gather(1, ids[0, len(prompt):, None])[:, 0]
             assert torch.allclose(torch.tensor(result.logprobs, device="cuda"), expected, atol=5e-2)
 
 

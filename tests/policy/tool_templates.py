@@ -132,14 +132,7 @@ QWEN3_LIKE = r"""
 {%- endif -%}
 """
 
-LLAMA31_SPECIALS = (
-    "<|begin_of_text|>",
-    "<|start_header_id|>",
-    "<|end_header_id|>",
-    "<|eot_id|>",
-    "<|eom_id|>",
-    "<|python_tag|>",
-)
+LLAMA31_SPECIALS = ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<|python_tag|>")
 
 LLAMA31_LIKE = r"""
 {{- '<|begin_of_text|>' -}}

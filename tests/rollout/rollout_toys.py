@@ -21,15 +21,8 @@ class ToyEnv(Env):
 
     spec = EnvSpec(name="toy", max_steps=20)
 
-    def __init__(
-        self,
-        *,
-        step_delay_s: float = 0.0,
-        raise_on: set[str] | None = None,
-        hang_on_step: int | None = None,
-        hang_limit_s: float = 30.0,
-        truncate_at: int | None = None,
-    ):
+    def __init__(self, *, step_delay_s: float = 0.0, raise_on: set[str] | None = None,
+                 hang_on_step: int | None = None, hang_limit_s: float = 30.0, truncate_at: int | None = None):
         self.step_delay_s = step_delay_s
         self.raise_on = raise_on or set()
         self.hang_on_step = hang_on_step
@@ -175,9 +168,7 @@ class RecordingSource:
         from streamrl.rollout import DispatchMeta
 
         self.dispatches.append(prompt_id)
-        return DispatchMeta(
-            z=float(self.version), baseline=len(self.dispatches) / 100, extra={"n": len(self.dispatches)}
-        )
+        return DispatchMeta(z=float(self.version), baseline=len(self.dispatches) / 100, extra={"n": len(self.dispatches)})
 
     def on_result(self, trajectory):
         self.results.append(trajectory.request_id)

@@ -37,9 +37,8 @@ def _run_collecting_loop_errors(coro_fn):
 
 @pytest.mark.parametrize("where", ["reset", "step"])
 def test_an_environment_failing_every_episode_stops_the_rollout(where):
-    rollout = make_rollout(
-        ["t:2", "u:3"], env_factory=lambda: ToyEnv(raise_on={where}), concurrency=4, batch_size=4, env_name="toy-dead"
-    )
+    rollout = make_rollout(["t:2", "u:3"], env_factory=lambda: ToyEnv(raise_on={where}), concurrency=4, batch_size=4,
+                           env_name="toy-dead")
 
     async def main():
         async with rollout:

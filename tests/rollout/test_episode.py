@@ -78,12 +78,8 @@ def test_a_hanging_step_times_out_and_is_released_by_close():
 
 @pytest.mark.parametrize(
     "returned, message",
-    [
-        (("obs", 1.0, True), "not StepResult"),
-        (StepResult("o", None, True, False, {}), "reward"),
-        (StepResult("o", float("nan"), True, False, {}), "reward"),
-        (StepResult(3, 0.0, True, False, {}), "observation"),
-    ],
+    [(("obs", 1.0, True), "not StepResult"), (StepResult("o", None, True, False, {}), "reward"),
+     (StepResult("o", float("nan"), True, False, {}), "reward"), (StepResult(3, 0.0, True, False, {}), "observation")],
 )
 def test_an_environment_returning_garbage_is_an_env_error(returned, message):
     class Broken(ToyEnv):
@@ -229,14 +225,7 @@ def test_run_episodes_plays_each_task_once_in_order_and_cleans_up():
     tasks = ["a:1", "boom:2", "c:3", "hang:2", "e:2", "f:1"]
     results = asyncio.run(run_episodes(runner, factory, tasks, concurrency=2))
     assert [t.prompt_id for t in results] == tasks
-    assert [t.end_reason for t in results] == [
-        "terminated",
-        "env_error",
-        "terminated",
-        "env_timeout",
-        "terminated",
-        "terminated",
-    ]
+    assert [t.end_reason for t in results] == ["terminated", "env_error", "terminated", "env_timeout", "terminated", "terminated"]
     assert len({t.request_id for t in results}) == len(tasks)
     assert 2 <= len(built) <= 4  # environments are reused, failed ones replaced
     assert all(env.closed for env in built) and env_threads() == []
@@ -252,15 +241,10 @@ def test_engine_ids_outside_the_action_vocabulary_end_the_episode(token_ids, mes
 
     from .rollout_toys import ToyParser, ToyPromptBuilder, make_record
 
-    engine = _FixedEngine(
-        lambda request: GenerationResult(
-            request_id=request.request_id,
-            token_ids=list(token_ids),
-            logprobs=[-0.1] * len(token_ids),
-            finish_reason="stop",
-            policy_version=0,
-        )
-    )
+    engine = _FixedEngine(lambda request: GenerationResult(
+        request_id=request.request_id, token_ids=list(token_ids), logprobs=[-0.1] * len(token_ids),
+        finish_reason="stop", policy_version=0,
+    ))
     runner = EpisodeRunner(engine, engine.codec, ToyParser(), ToyPromptBuilder(), vocab_size=300, banned_token_ids=(7,))
     env = ToyEnv()
     try:
@@ -283,15 +267,10 @@ def test_the_policy_codec_supplies_its_vocabulary_and_banned_value_tokens():
     assert runner.vocab_size == policy.model.get_output_embeddings().weight.shape[0]
     assert set(policy.value_token_ids) <= runner.banned_token_ids
     for bad in (policy.value_token_ids[0], runner.vocab_size):
-        engine = _FixedEngine(
-            lambda request, bad=bad: GenerationResult(
-                request_id=request.request_id,
-                token_ids=[policy.end_of_turn_id, bad][::-1],
-                logprobs=[-0.5, -0.5],
-                finish_reason="stop",
-                policy_version=0,
-            )
-        )
+        engine = _FixedEngine(lambda request, bad=bad: GenerationResult(
+            request_id=request.request_id, token_ids=[policy.end_of_turn_id, bad][::-1], logprobs=[-0.5, -0.5],
+            finish_reason="stop", policy_version=0,
+        ))
         runner.engine = engine
         env = ToyEnv()
         try:

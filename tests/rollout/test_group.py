@@ -20,16 +20,8 @@ def test_groups_are_delivered_whole_and_synchronously(tmp_path):
         return 0.05 if "slow" in codec.decode(request.prompt_ids) else 0.001
 
     engine = ScriptedEngine(ok_policy, latency_s=latency)
-    rollout = make_rollout(
-        ["slow:2", "a:2", "b:2", "c:1"],
-        engine=engine,
-        log=log,
-        mode="group",
-        group_size=3,
-        batch_size=6,
-        concurrency=6,
-        max_staleness=0,
-    )
+    rollout = make_rollout(["slow:2", "a:2", "b:2", "c:1"], engine=engine, log=log, mode="group", group_size=3,
+                           batch_size=6, concurrency=6, max_staleness=0)
 
     async def main():
         async with rollout:
@@ -58,20 +50,9 @@ def test_groups_are_delivered_whole_and_synchronously(tmp_path):
 def test_a_group_timeout_delivers_a_partial_group_and_discards_stragglers(tmp_path):
     log = tmp_path / "events.jsonl"
     # the third member of every group is slow (request ids "req-<seq>:<turn>")
-    engine = ScriptedEngine(
-        ok_policy, latency_s=lambda r, n: 5.0 if int(r.request_id.split("-")[1].split(":")[0]) % 3 == 2 else 0.001
-    )
-    rollout = make_rollout(
-        ["a:1", "b:1"],
-        engine=engine,
-        log=log,
-        mode="group",
-        group_size=3,
-        batch_size=3,
-        concurrency=6,
-        group_timeout_s=0.2,
-        max_staleness=0,
-    )
+    engine = ScriptedEngine(ok_policy, latency_s=lambda r, n: 5.0 if int(r.request_id.split("-")[1].split(":")[0]) % 3 == 2 else 0.001)
+    rollout = make_rollout(["a:1", "b:1"], engine=engine, log=log, mode="group", group_size=3, batch_size=3,
+                           concurrency=6, group_timeout_s=0.2, max_staleness=0)
 
     async def main():
         async with rollout:

@@ -50,9 +50,8 @@ def rollout_for(env_name, engine, settings, log=None, env_options=None, prompt_o
 def test_guess_number_is_won_by_binary_search_in_both_layouts(tmp_path, layout):
     log = tmp_path / "events.jsonl"
     engine = RecordingEngine(ScriptedEngine(binary_search, latency_s=0.001))
-    settings = RolloutSettings(
-        concurrency=4, batch_size=4, episode=EpisodeSettings(layout=layout, max_context_tokens=1024)
-    )
+    settings = RolloutSettings(concurrency=4, batch_size=4,
+                               episode=EpisodeSettings(layout=layout, max_context_tokens=1024))
     rollout = rollout_for("guess_number", engine, settings, log)
 
     async def main():
@@ -82,14 +81,8 @@ def test_alfworld_lite_runs_in_group_mode_with_a_random_admissible_player():
         return f"<think>ok</think><action>{rng.choice(choices) if choices else 'look'}</action>"
 
     engine = ScriptedEngine(wander)
-    settings = RolloutSettings(
-        mode="group",
-        group_size=2,
-        batch_size=4,
-        concurrency=4,
-        max_staleness=0,
-        episode=EpisodeSettings(layout="per_step", max_turns=6, max_context_tokens=4096),
-    )
+    settings = RolloutSettings(mode="group", group_size=2, batch_size=4, concurrency=4, max_staleness=0,
+                               episode=EpisodeSettings(layout="per_step", max_turns=6, max_context_tokens=4096))
     rollout = rollout_for("alfworld_lite", engine, settings)
 
     async def main():
@@ -119,11 +112,8 @@ def test_the_real_tiny_engine_straddles_versions_and_keeps_tokens_exact():
     policy = load_policy("tiny")
     hf = HFEngine(policy.inference_model(), decode=policy.decode, banned_token_ids=policy.banned_token_ids)
     engine = RecordingEngine(hf, codec=policy)
-    settings = RolloutSettings(
-        concurrency=4,
-        batch_size=4,
-        episode=EpisodeSettings(max_turns=3, max_context_tokens=512, sampling=SamplingParams(max_new_tokens=8)),
-    )
+    settings = RolloutSettings(concurrency=4, batch_size=4, episode=EpisodeSettings(
+        max_turns=3, max_context_tokens=512, sampling=SamplingParams(max_new_tokens=8)))
     rollout = rollout_for("guess_number", engine, settings)
 
     async def main():

@@ -35,9 +35,8 @@ def test_waits_change_when_an_episode_ends_not_what_it_contains():
     model = LatencyModel(turn_s=0.01, episode_s=0.02, seed=3)
     plain = asyncio.run(play(ScriptedEngine(ok_policy), prompt_id="t:3", settings=EpisodeSettings()))
     delayed = asyncio.run(play(ScriptedEngine(ok_policy), prompt_id="t:3", settings=EpisodeSettings(latency=model)))
-    assert [(t.context_ids, t.action_ids, t.observation, t.reward) for t in delayed.turns] == [
-        (t.context_ids, t.action_ids, t.observation, t.reward) for t in plain.turns
-    ]
+    assert [(t.context_ids, t.action_ids, t.observation, t.reward) for t in delayed.turns] == \
+           [(t.context_ids, t.action_ids, t.observation, t.reward) for t in plain.turns]
     assert delayed.won and delayed.outcome == plain.outcome
     expected = sum(model.turn_delay("req-0", i) for i in range(3)) + model.episode_delay("req-0", won=True)
     assert plain.injected_delay_s == 0.0 and delayed.injected_delay_s == pytest.approx(expected)
@@ -54,15 +53,8 @@ def test_slow_failures_bias_the_first_finished_batch_toward_success(tmp_path):
     latency = LatencyModel(episode_s=0.002, shape=0.25, failure_factor=500.0, seed=0)
     prompts = [f"good{i}:1" for i in range(4)] + [f"bad{i}:1" for i in range(4)]
     engine = ScriptedEngine(_good_or_bad, latency_s=0.001)
-    rollout = make_rollout(
-        prompts,
-        engine=engine,
-        log=log,
-        concurrency=8,
-        batch_size=4,
-        max_staleness=None,
-        episode=EpisodeSettings(env_timeout_s=5.0, latency=latency),
-    )
+    rollout = make_rollout(prompts, engine=engine, log=log, concurrency=8, batch_size=4, max_staleness=None,
+                           episode=EpisodeSettings(env_timeout_s=5.0, latency=latency))
 
     async def main():
         async with rollout:

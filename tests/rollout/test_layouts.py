@@ -77,10 +77,8 @@ def test_full_history_equals_one_rendering_of_the_whole_chat(reply_list, turns):
     engine = scripted(reply_list)
     trajectory = run(engine, turns)
     builder = ToyPromptBuilder()
-    messages = [
-        {"role": "system", "content": builder.system_prompt()},
-        {"role": "user", "content": builder.first_message(trajectory.initial_observation, {})},
-    ]
+    messages = [{"role": "system", "content": builder.system_prompt()},
+                {"role": "user", "content": builder.first_message(trajectory.initial_observation, {})}]
     for index, turn in enumerate(trajectory.turns):
         messages.append({"role": "assistant", "content": turn.action_text.removesuffix("<|im_end|>")})
         if index < len(trajectory.turns) - 1:
@@ -94,9 +92,8 @@ def test_full_history_equals_one_rendering_of_the_whole_chat(reply_list, turns):
 def test_per_step_masks_and_left_truncation(reply_list, turns, window):
     engine = scripted(reply_list)
     max_new = 8
-    trajectory = run(
-        engine, turns, layout="per_step", max_context_tokens=window, sampling=SamplingParams(max_new_tokens=max_new)
-    )
+    trajectory = run(engine, turns, layout="per_step", max_context_tokens=window,
+                     sampling=SamplingParams(max_new_tokens=max_new))
     samples = per_step_samples(trajectory, trajectory_index=3)
     assert len(samples) == len(trajectory.turns) == turns
     builder = ToyPromptBuilder()
@@ -110,7 +107,7 @@ def test_per_step_masks_and_left_truncation(reply_list, turns, window):
         prompt = sample.token_ids[:start]
         assert len(prompt) <= window - max_new
         # left truncation keeps the most recent tokens; the pre-action boundary is unchanged
-        assert prompt == full[-len(prompt) :]
+        assert prompt == full[-len(prompt):]
         assert turn.prompt_truncated == (len(full) > window - max_new)
         assert sample.token_ids[sample.pre_action_positions[0]] == full[-1]
         history.append((observation, turn.action))
@@ -125,8 +122,8 @@ def test_truncated_episode_flags_and_masks_trailing_environment_text():
     assert trajectory.cut
     sample = full_history_sample(trajectory)
     trailing = trajectory.trailing_context_ids
-    assert trailing and sample.token_ids[-len(trailing) :] == trailing
-    assert sample.action_mask[-len(trailing) :] == [0] * len(trailing)
+    assert trailing and sample.token_ids[-len(trailing):] == trailing
+    assert sample.action_mask[-len(trailing):] == [0] * len(trailing)
     assert sample.bootstrap_position == len(sample.token_ids) - 1
     assert "Now: obs 2" in engine.codec.decode(trailing)
 

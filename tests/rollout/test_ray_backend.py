@@ -36,15 +36,10 @@ from streamrl.rollout import (  # noqa: E402
 from streamrl.rollout.ray_backend import RayBackend  # noqa: E402
 from streamrl.training.loggers import read_metrics  # noqa: E402
 
-MODEL = {
-    "spec": "tiny",
-    "seed": 0,
-    "threads": 1,
-    "model_overrides": {"hidden_size": 32, "num_hidden_layers": 1, "intermediate_size": 64},
-}
-EPISODE = EpisodeSettings(
-    layout="per_step", sampling=SamplingParams(max_new_tokens=8), max_turns=3, max_context_tokens=512
-)
+MODEL = {"spec": "tiny", "seed": 0, "threads": 1,
+         "model_overrides": {"hidden_size": 32, "num_hidden_layers": 1, "intermediate_size": 64}}
+EPISODE = EpisodeSettings(layout="per_step", sampling=SamplingParams(max_new_tokens=8), max_turns=3,
+                          max_context_tokens=512)
 SPEC = WorkerSpec(model=MODEL, env="guess_number", episode=EPISODE, seed=0)
 TASKS = [f"train/{i}" for i in range(16)]
 
@@ -66,22 +61,11 @@ async def _run(kind: str, policy, settings: RolloutSettings, batches: int, log: 
     ``hook(rollout, version, published)`` runs before and after each publish."""
     engine = HFEngine.from_policy(policy, threads=1)
     if kind == "local":
-        backend = make_backend(
-            "local",
-            SPEC,
-            concurrency=settings.concurrency,
-            engine=engine,
-            codec=policy,
-            weights=policy.state_dict_for_engine,
-        )
+        backend = make_backend("local", SPEC, concurrency=settings.concurrency, engine=engine, codec=policy,
+                               weights=policy.state_dict_for_engine)
     else:  # a worker is taken for hung when an episode takes 10 s (they take well under 1 s)
-        backend = RayBackend(
-            SPEC,
-            workers=2,
-            concurrency=settings.concurrency,
-            weights=policy.state_dict_for_engine,
-            episode_timeout_s=10.0,
-        )
+        backend = RayBackend(SPEC, workers=2, concurrency=settings.concurrency, weights=policy.state_dict_for_engine,
+                             episode_timeout_s=10.0)
     rollout = Rollout(backend=backend, source=UniformPromptSource(TASKS), settings=settings, event_log=log)
     delivered = []
     try:
@@ -168,9 +152,8 @@ def test_more_workers_than_the_cluster_has_cpus_is_refused(cluster, policy):
 
 
 def test_a_worker_that_cannot_start_fails_the_start_once_with_its_cause(cluster, policy):
-    backend = RayBackend(
-        dataclasses.replace(SPEC, env="no_such_env"), workers=1, concurrency=2, weights=policy.state_dict_for_engine
-    )
+    backend = RayBackend(dataclasses.replace(SPEC, env="no_such_env"), workers=1, concurrency=2,
+                         weights=policy.state_dict_for_engine)
     with pytest.raises(RolloutError, match="a Ray rollout worker failed to start: .*unknown environment 'no_such_env'"):
         asyncio.run(backend.start(lambda *args, **kwargs: None))
     assert backend.workers == []  # killed again
@@ -178,25 +161,9 @@ def test_a_worker_that_cannot_start_fails_the_start_once_with_its_cause(cluster,
 
 def test_sigkill_then_resume_with_the_ray_backend(cluster, tmp_path, sigkill_at_checkpoint):
     out = tmp_path / "run"
-    args = [
-        sys.executable,
-        "-m",
-        "streamrl",
-        "train",
-        "--out",
-        str(out),
-        "--config",
-        "configs/smoke.yaml",
-        "--algo",
-        "grpo",
-        "rollout.backend=ray",
-        "rollout.workers=1",
-        "train.steps=3",
-        "train.checkpoint_every=1",
-        "train.eval_at_start=false",
-        "env.eval_tasks=2",
-        "sft.demos=0",
-    ]
+    args = [sys.executable, "-m", "streamrl", "train", "--out", str(out), "--config", "configs/smoke.yaml",
+            "--algo", "grpo", "rollout.backend=ray", "rollout.workers=1", "train.steps=3", "train.checkpoint_every=1",
+            "train.eval_at_start=false", "env.eval_tasks=2", "sft.demos=0"]
     env = {**os.environ, "RAY_ADDRESS": cluster}
     first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     sigkill_at_checkpoint(first, out, step=1, timeout=120)
@@ -217,27 +184,10 @@ def test_an_agent_function_runs_in_the_ray_workers(cluster, tmp_path):
     """``--agent`` with ``rollout.backend=ray``: each worker serves its own endpoint over its engine
     and runs the agent there; the trainer learns from what the workers' engines generated."""
     out = tmp_path / "run"
-    args = [
-        sys.executable,
-        "-m",
-        "streamrl",
-        "train",
-        "--out",
-        str(out),
-        "--config",
-        "configs/smoke.yaml",
-        "--agent",
-        "examples/openai_agent.py:run",
-        "--tasks",
-        "examples/pick_tasks.jsonl",
-        "rollout.backend=ray",
-        "rollout.workers=1",
-        "train.steps=2",
-        "train.batch_size=4",
-        "rollout.concurrency=4",
-        "train.eval_at_start=false",
-        "env.eval_tasks=2",
-    ]
+    args = [sys.executable, "-m", "streamrl", "train", "--out", str(out), "--config", "configs/smoke.yaml",
+            "--agent", "examples/openai_agent.py:run", "--tasks", "examples/pick_tasks.jsonl",
+            "rollout.backend=ray", "rollout.workers=1", "train.steps=2", "train.batch_size=4", "rollout.concurrency=4",
+            "train.eval_at_start=false", "env.eval_tasks=2"]
     done = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "RAY_ADDRESS": cluster}, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     events = read_events(out / "events.jsonl")

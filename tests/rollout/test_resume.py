@@ -14,9 +14,7 @@ from .rollout_toys import RecordingSource, learn, make_rollout, ok_policy
 
 
 def slow_engine() -> ScriptedEngine:
-    return ScriptedEngine(
-        ok_policy, latency_s=lambda request, n: 0.002 * (1 + int(request.request_id.split("-")[1].split(":")[0]) % 5)
-    )
+    return ScriptedEngine(ok_policy, latency_s=lambda request, n: 0.002 * (1 + int(request.request_id.split("-")[1].split(":")[0]) % 5))
 
 
 @pytest.mark.parametrize("mode", ["stream", "group"])

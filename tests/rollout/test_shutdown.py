@@ -27,13 +27,8 @@ def test_close_cancels_everything_including_hung_environment_calls():
         return envs[-1]
 
     engine = ScriptedEngine(ok_policy, latency_s=0.01)
-    rollout = make_rollout(
-        ["hang:3", "t:50", "u:50"],
-        engine=engine,
-        env_factory=factory,
-        concurrency=3,
-        episode=EpisodeSettings(env_timeout_s=30),
-    )
+    rollout = make_rollout(["hang:3", "t:50", "u:50"], engine=engine, env_factory=factory, concurrency=3,
+                           episode=EpisodeSettings(env_timeout_s=30))
 
     async def main():
         await rollout.start()

@@ -10,24 +10,17 @@ from streamrl.rollout import admission_capacity, is_stale, sample_lag
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    free=st.integers(0, 64),
-    eta=st.integers(0, 6),
-    steps=st.integers(0, 50),
-    batch=st.integers(1, 32),
-    admitted=st.integers(0, 3000),
-)
+@given(free=st.integers(0, 64), eta=st.integers(0, 6), steps=st.integers(0, 50), batch=st.integers(1, 32),
+       admitted=st.integers(0, 3000))
 def test_capacity_is_the_bound_clamped_to_free_slots(free, eta, steps, batch, admitted):
-    capacity = admission_capacity(
-        free_slots=free, max_staleness=eta, learner_steps=steps, batch_size=batch, admitted=admitted
-    )
+    capacity = admission_capacity(free_slots=free, max_staleness=eta, learner_steps=steps, batch_size=batch,
+                                  admitted=admitted)
     assert 0 <= capacity <= free
     assert admitted + capacity <= max(admitted, (eta + steps + 1) * batch)
     if capacity < free:  # clamped by the bound, which is then met exactly (or already exceeded)
         assert admitted + capacity >= (eta + steps + 1) * batch
-    more = admission_capacity(
-        free_slots=free, max_staleness=eta, learner_steps=steps + 1, batch_size=batch, admitted=admitted
-    )
+    more = admission_capacity(free_slots=free, max_staleness=eta, learner_steps=steps + 1, batch_size=batch,
+                              admitted=admitted)
     assert more >= capacity  # a learner step never reduces what may be dispatched
 
 
@@ -49,9 +42,8 @@ def test_fifo_consumption_never_lags_more_than_the_bound(eta, batch, slots, step
     buffer: list[int] = []  # finished, unconsumed: the learner version at each one's dispatch
     admitted = version = 0
     while version < steps:
-        admit = admission_capacity(
-            free_slots=slots, max_staleness=eta, learner_steps=version, batch_size=batch, admitted=admitted
-        )
+        admit = admission_capacity(free_slots=slots, max_staleness=eta, learner_steps=version, batch_size=batch,
+                                   admitted=admitted)
         admitted += admit
         buffer += [version] * admit  # every in-flight episode finishes, in order
         if len(buffer) < batch:

@@ -31,15 +31,8 @@ def test_every_dispatched_request_ends_exactly_once_despite_faults(tmp_path):
     engine = ScriptedEngine(crashing_policy, latency_s=0.002)
     # faults are a quarter of the prompts, so a run of them is a matter of draw: this test is about
     # delivery, not about giving up on a dead environment (test_dead_env covers that)
-    rollout = make_rollout(
-        prompts,
-        engine=engine,
-        log=log,
-        concurrency=6,
-        batch_size=4,
-        episode=EpisodeSettings(env_timeout_s=0.2),
-        max_env_faults_in_row=10_000,
-    )
+    rollout = make_rollout(prompts, engine=engine, log=log, concurrency=6, batch_size=4,
+                           episode=EpisodeSettings(env_timeout_s=0.2), max_env_faults_in_row=10_000)
 
     wanted = {"terminated", "env_error", "env_timeout", "engine_error"}
 
@@ -70,9 +63,8 @@ def test_every_dispatched_request_ends_exactly_once_despite_faults(tmp_path):
 def test_per_prompt_cap_and_concurrency_hold_at_every_moment(tmp_path):
     log = tmp_path / "events.jsonl"
     engine = ScriptedEngine(ok_policy, latency_s=0.003)
-    rollout = make_rollout(
-        ["a:2", "b:2", "c:2", "d:1"], engine=engine, log=log, concurrency=3, batch_size=2, max_staleness=None
-    )
+    rollout = make_rollout(["a:2", "b:2", "c:2", "d:1"], engine=engine, log=log, concurrency=3, batch_size=2,
+                           max_staleness=None)
 
     async def main():
         async with rollout:
@@ -96,9 +88,8 @@ def test_admission_bounds_dispatches_ahead_of_a_slow_learner(tmp_path):
     log = tmp_path / "events.jsonl"
     eta, batch = 1, 3
     engine = ScriptedEngine(ok_policy, latency_s=0.001)
-    rollout = make_rollout(
-        [f"t{i}:1" for i in range(40)], engine=engine, log=log, concurrency=8, batch_size=batch, max_staleness=eta
-    )
+    rollout = make_rollout([f"t{i}:1" for i in range(40)], engine=engine, log=log, concurrency=8,
+                           batch_size=batch, max_staleness=eta)
 
     async def main():
         async with rollout:

@@ -72,9 +72,7 @@ class ReplyEngine:
         self.prompts.append(list(request.prompt_ids))
         self.generated.append(ids)
         rng = random.Random(len(self.generated))
-        return GenerationResult(
-            request.request_id, ids, [-rng.uniform(0.1, 2) for _ in ids], "stop", 0, text=self.codec.decode(ids)
-        )
+        return GenerationResult(request.request_id, ids, [-rng.uniform(0.1, 2) for _ in ids], "stop", 0, text=self.codec.decode(ids))
 
     def update_weights(self, state_dict, version):
         self.version = version
@@ -84,14 +82,9 @@ class ReplyEngine:
 
 
 def calls(*pairs: tuple[str, dict]) -> dict:
-    return {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [
-            {"type": "function", "id": f"call_{i}", "function": {"name": n, "arguments": a}}
-            for i, (n, a) in enumerate(pairs)
-        ],
-    }
+    return {"role": "assistant", "content": "",
+            "tool_calls": [{"type": "function", "id": f"call_{i}", "function": {"name": n, "arguments": a}}
+                           for i, (n, a) in enumerate(pairs)]}
 
 
 def play(replies: list[str], **settings):
@@ -99,13 +92,8 @@ def play(replies: list[str], **settings):
     tool_format, _ = resolve_tool_format(codec.tokenizer)
     engine = ReplyEngine(codec, replies)
     env = Vault()
-    runner = EpisodeRunner(
-        engine,
-        codec,
-        ToolCallParser(tool_format),
-        ChatPromptBuilder(instructions="Open the vault."),
-        EpisodeSettings(tools=True, **settings),
-    )
+    runner = EpisodeRunner(engine, codec, ToolCallParser(tool_format), ChatPromptBuilder(instructions="Open the vault."),
+                           EpisodeSettings(tools=True, **settings))
     trajectory = asyncio.run(runner.run(AsyncEnv(env), make_record("train/0")))
     return codec, engine, env, trajectory
 
@@ -124,12 +112,8 @@ def test_a_tool_episode_is_the_engines_ids_plus_bridges_and_rerenders_identicall
     codec, engine, env, trajectory = play(replies)
     assert trajectory.end_reason == "terminated" and trajectory.won
     assert [turn.action for turn in trajectory.turns] == ["peek()", "dial(1)", "dial(3)"]
-    assert [turn.tool_calls for turn in trajectory.turns][1] == [
-        {"id": "call_0", "name": "dial", "arguments": {"number": 1}}
-    ]
-    assert trajectory.turns[1].reply == [
-        {"role": "tool", "tool_call_id": "call_0", "name": "dial", "content": "Nothing happens at 1."}
-    ]
+    assert [turn.tool_calls for turn in trajectory.turns][1] == [{"id": "call_0", "name": "dial", "arguments": {"number": 1}}]
+    assert trajectory.turns[1].reply == [{"role": "tool", "tool_call_id": "call_0", "name": "dial", "content": "Nothing happens at 1."}]
     # token-in/token-out: what was trained on is what the engine generated, between bridges
     transcript: list[int] = []
     for turn, generated, prompt in zip(trajectory.turns, engine.generated, engine.prompts):
@@ -162,21 +146,16 @@ def test_masks_mark_call_ids_as_actions_and_tool_results_as_observations():
     assert "Nothing happens" not in codec.decode(generated)
 
 
-@pytest.mark.parametrize(
-    "reply, kind",
-    [
-        ('<tool_call>\n{"name": "dial", "arguments": {"number": \n</tool_call>', "unparseable_call"),
-        ('<tool_call>\n{"name": "spin", "arguments": {}}\n</tool_call>', "unknown_tool"),
-        ('<tool_call>\n{"name": "dial", "arguments": {}}\n</tool_call>', "bad_arguments"),
-        ('<tool_call>\n{"name": "dial", "arguments": {"number": "three"}}\n</tool_call>', "bad_arguments"),
-        ('<tool_call>\n{"name": "dial", "arguments": {"number": 1, "force": true}}\n</tool_call>', "bad_arguments"),
-        (
-            '<tool_call>\n{"name": "peek", "arguments": {}}\n</tool_call>\n<tool_call>\n{"name": "peek", "arguments": {}}\n</tool_call>',
-            "too_many_calls",
-        ),
-        ("I would dial 3.", "no_tool_call"),
-    ],
-)
+@pytest.mark.parametrize("reply, kind", [
+    ('<tool_call>\n{"name": "dial", "arguments": {"number": \n</tool_call>', "unparseable_call"),
+    ('<tool_call>\n{"name": "spin", "arguments": {}}\n</tool_call>', "unknown_tool"),
+    ('<tool_call>\n{"name": "dial", "arguments": {}}\n</tool_call>', "bad_arguments"),
+    ('<tool_call>\n{"name": "dial", "arguments": {"number": "three"}}\n</tool_call>', "bad_arguments"),
+    ('<tool_call>\n{"name": "dial", "arguments": {"number": 1, "force": true}}\n</tool_call>', "bad_arguments"),
+    ('<tool_call>\n{"name": "peek", "arguments": {}}\n</tool_call>\n<tool_call>\n{"name": "peek", "arguments": {}}\n</tool_call>',
+     "too_many_calls"),
+    ("I would dial 3.", "no_tool_call"),
+])
 def test_a_malformed_turn_is_recorded_with_its_reason_and_the_episode_goes_on(reply, kind):
     codec = tiny_codec()
     _, engine, _, trajectory = play([reply, written(codec, calls(("dial", {"number": 3})))])

@@ -16,11 +16,8 @@ from .rollout_toys import ToyEnv, play
 
 
 @settings(max_examples=30, deadline=None)
-@given(
-    replies=st.lists(st.sampled_from(["<a>ok</a>", "<a>no</a>", "junk"]), min_size=1, max_size=4),
-    turns=st.integers(1, 4),
-    version=st.integers(0, 9),
-)
+@given(replies=st.lists(st.sampled_from(["<a>ok</a>", "<a>no</a>", "junk"]), min_size=1, max_size=4),
+       turns=st.integers(1, 4), version=st.integers(0, 9))
 def test_json_round_trip_is_exact(replies, turns, version):
     queue = iter(replies * 4)
     engine = ScriptedEngine(lambda prompt: next(queue), version=version)
@@ -34,18 +31,8 @@ def test_json_round_trip_is_exact(replies, turns, version):
 
 
 def test_dispatch_metadata_round_trips():
-    record = DispatchRecord(
-        request_id="r",
-        prompt_id="p",
-        seq=3,
-        policy_version=2,
-        group_id="g",
-        z=0.4,
-        baseline=0.25,
-        extra={"visits": 3},
-        env_seed=11,
-        dispatched_at=1.5,
-    )
+    record = DispatchRecord(request_id="r", prompt_id="p", seq=3, policy_version=2, group_id="g", z=0.4,
+                            baseline=0.25, extra={"visits": 3}, env_seed=11, dispatched_at=1.5)
     assert DispatchRecord.from_dict(json.loads(json.dumps(record.to_dict()))) == record
 
 

@@ -367,9 +367,7 @@ def test_the_code_cannot_change_another_process_limits_but_can_set_and_read_its_
     assert result.stdout.split("\n")[:3] == ["refused", "reads True", "own True"], result
 
 
-@pytest.mark.skipif(
-    not HAS_MEMORY_CGROUP, reason="needs a memory cgroup (the kernel then kills one process, not the run)"
-)
+@pytest.mark.skipif(not HAS_MEMORY_CGROUP, reason="needs a memory cgroup (the kernel then kills one process, not the run)")
 def test_a_timeout_after_the_kernel_killed_a_process_for_memory_is_reported_as_memory():
     code = (
         "import os, posix, time\n"

@@ -301,7 +301,6 @@ def test_at_the_default_level_the_code_dies_soon_after_its_parent_does(tmp_path)
         env={**os.environ, "TMPDIR": str(helper_tmp)},
         stderr=subprocess.DEVNULL,
     )
-
     def sleeping_code() -> list:
         # the helper first probes the kernel level, a run as a sandbox uid too that ends at once
         # (caught alone, it would end the wait and be gone at the check); the code lives longer

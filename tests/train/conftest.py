@@ -39,16 +39,8 @@ class CoinEnv(Env):
         return StepResult("Again." if not done else "End.", float(won), done, False, info)
 
     def _info(self, won: bool) -> dict[str, Any]:
-        return {
-            "won": won,
-            "score": float(won),
-            "admissible_actions": None,
-            "format_valid": True,
-            "action_effective": True,
-            "task_id": self.task_id,
-            "task_type": "coin",
-            "step": getattr(self, "step_count", 0),
-        }
+        return {"won": won, "score": float(won), "admissible_actions": None, "format_valid": True,
+                "action_effective": True, "task_id": self.task_id, "task_type": "coin", "step": getattr(self, "step_count", 0)}
 
 
 class AnyText(ActionParser):
@@ -79,41 +71,24 @@ def coin_config():
         extra = ["algo.group_size=4"] if algo == "grpo" else []
         return load_config(
             "configs/smoke.yaml",
-            [
-                "env.name=coin",
-                "env.prompt={}",
-                "env.parser={}",
-                "sft.demos=0",
-                "train.eval_at_start=false",
-                "env.eval_tasks=4",
-                "rollout.max_new_tokens=6",
-                "optim.lr=1e-3",
-                *extra,
-                *overrides,
-            ],
+            ["env.name=coin", "env.prompt={}", "env.parser={}", "sft.demos=0", "train.eval_at_start=false",
+             "env.eval_tasks=4", "rollout.max_new_tokens=6", "optim.lr=1e-3", *extra, *overrides],
             algo=algo,
         )
-
     return build
 
 
 @pytest.fixture
 def coin_rollouts():
     """``coin_rollouts(config, policy)``: 8 coin episodes (``train/0`` .. ``train/7``) played by ``policy``."""
-
     def play(config, policy):
         async def run():
             engine = HFEngine.from_policy(policy, seed=1)
             try:
-                return await run_episodes(
-                    episode_runner(config, engine, policy, episode_settings(config)),
-                    lambda: make("coin"),
-                    [f"train/{i}" for i in range(8)],
-                    concurrency=8,
-                )
+                return await run_episodes(episode_runner(config, engine, policy, episode_settings(config)),
+                                          lambda: make("coin"), [f"train/{i}" for i in range(8)], concurrency=8)
             finally:
                 await engine.close()
 
         return asyncio.run(run())
-
     return play

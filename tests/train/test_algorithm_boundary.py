@@ -37,11 +37,7 @@ def _attribute_chains(path: Path) -> set[str]:
 
 def test_algorithms_do_not_import_the_learner_or_the_loop():
     for path in sorted((TRAIN / "algorithms").glob("*.py")):
-        assert not _imports(path) & {
-            "streamrl.training.learner",
-            "streamrl.training.loop",
-            "streamrl.training.assemble",
-        }, path.name
+        assert not _imports(path) & {"streamrl.training.learner", "streamrl.training.loop", "streamrl.training.assemble"}, path.name
 
 
 def test_loop_and_learner_read_no_algorithm_fields_and_no_rollout_layout():

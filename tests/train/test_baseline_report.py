@@ -13,13 +13,7 @@ def _events(path, baseline_of, scale=1.0):
         for task, p in (("a", 0.2), ("b", 0.8)):
             for copy in range(4):
                 rid = f"{task}-{version}-{copy}"
-                log.write(
-                    "dispatch",
-                    request_id=rid,
-                    prompt_id=task,
-                    policy_version=version,
-                    baseline=scale * baseline_of[task],
-                )
+                log.write("dispatch", request_id=rid, prompt_id=task, policy_version=version, baseline=scale * baseline_of[task])
                 log.write("result", request_id=rid, prompt_id=task, outcome=float((4 * version + copy) % 5 < 5 * p))
     log.write("dispatch", request_id="lost", prompt_id="a", policy_version=3, baseline=0.5)  # never finished
     log.close()

@@ -23,31 +23,14 @@ from streamrl.training.optim import clip_and_step
 
 
 def _turn(context: list[int], action: list[int], reward: float = 0.0, done: bool = False) -> Turn:
-    return Turn(
-        context_ids=context,
-        action_ids=action,
-        logprobs=[-0.5] * len(action),
-        action_text="x",
-        action="x",
-        format_valid=True,
-        action_effective=True,
-        reward=reward,
-        done=done,
-        finish_reason="stop",
-        policy_version=0,
-        observation="o",
-    )
+    return Turn(context_ids=context, action_ids=action, logprobs=[-0.5] * len(action), action_text="x", action="x",
+                format_valid=True, action_effective=True, reward=reward, done=done,
+                finish_reason="stop", policy_version=0, observation="o")
 
 
 def _full(request: str, turns: list[Turn], trailing: list[int] | None = None) -> Trajectory:
-    return Trajectory(
-        DispatchRecord(request, "p", 0, 0),
-        "full_history",
-        turns,
-        outcome=0.0,
-        end_reason="max_turns" if trailing else "terminated",
-        trailing_context_ids=trailing or [],
-    )
+    return Trajectory(DispatchRecord(request, "p", 0, 0), "full_history", turns, outcome=0.0,
+                      end_reason="max_turns" if trailing else "terminated", trailing_context_ids=trailing or [])
 
 
 def _batch():
@@ -56,12 +39,7 @@ def _batch():
     # rows 2, 3: per step, one turn each
     a = _full("a", [_turn([1, 2], [3, 4]), _turn([5], [6, 7, 7], reward=1.0)], trailing=[8, 9])
     b = _full("b", [_turn([1], [3], done=True)])
-    c = Trajectory(
-        DispatchRecord("c", "p", 1, 0),
-        "per_step",
-        [_turn([1, 1, 1], [2]), _turn([1, 1], [2, 2], done=True)],
-        outcome=1.0,
-    )
+    c = Trajectory(DispatchRecord("c", "p", 1, 0), "per_step", [_turn([1, 1, 1], [2]), _turn([1, 1], [2, 2], done=True)], outcome=1.0)
     return collate([a, b, c]), (a, b, c)
 
 

@@ -10,7 +10,6 @@ from streamrl.training.checkpoint import latest_valid, list_checkpoints, save_ch
 def _write(payload: bytes):
     def write(folder):
         (folder / "weights.bin").write_bytes(payload)
-
     return write
 
 

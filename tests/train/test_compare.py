@@ -11,22 +11,15 @@ from streamrl.training.compare import CompareConfig, plan_runs, write_comparison
 
 
 def _spec(**extra):
-    fields = {
-        "name": "t",
-        "base": ["configs/smoke.yaml"],
-        "seeds": [0, 1, 2],
-        "arms": {"a": {"algo": "spo++"}, "b": {"algo": "spo"}},
-        "pairs": [("a", "b")],
-    }
+    fields = {"name": "t", "base": ["configs/smoke.yaml"], "seeds": [0, 1, 2],
+              "arms": {"a": {"algo": "spo++"}, "b": {"algo": "spo"}}, "pairs": [("a", "b")]}
     return CompareConfig(**{**fields, **extra})
 
 
 def _fake_run(folder, xs, ys, score=None):
     folder.mkdir(parents=True)
-    lines = [
-        json.dumps({"kind": "train", "step": i + 1, "trajectories_consumed": x, "success": y, "ppo_kl": 0.01})
-        for i, (x, y) in enumerate(zip(xs, ys))
-    ]
+    lines = [json.dumps({"kind": "train", "step": i + 1, "trajectories_consumed": x, "success": y, "ppo_kl": 0.01})
+             for i, (x, y) in enumerate(zip(xs, ys))]
     score = ys[-1] if score is None else score
     lines.append(json.dumps({"kind": "eval", "step": len(xs), "success": ys[-1], "score": score}))
     (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
@@ -77,9 +70,7 @@ def test_a_graded_score_gets_its_own_columns_and_paired_difference(tmp_path):
     for seed in spec.seeds:
         _fake_run(runs_binary / f"a{seed}", [0, 10], [0.2, 0.4])
         _fake_run(runs_binary / f"b{seed}", [0, 10], [0.2, 0.2])
-    write_comparison_report(
-        spec, runs_binary, [(arm, seed, runs_binary / f"{arm}{seed}") for arm in "ab" for seed in spec.seeds]
-    )
+    write_comparison_report(spec, runs_binary, [(arm, seed, runs_binary / f"{arm}{seed}") for arm in "ab" for seed in spec.seeds])
     assert "score" not in (runs_binary / "report.md").read_text()
 
 

@@ -105,11 +105,5 @@ def test_entity_tokens_come_from_the_environment_for_a_fresh_tiny_model_only():
     assert len(tokens) == 3900 and all(t.startswith("b0") and t == t.lower() for t in tokens)
     assert policy_source(load_config(overrides=["env.name=webshop_lite"]))["entity_tokens"] == ()
     # a saved model keeps the tokenizer it was trained with
-    assert (
-        policy_source(
-            load_config(
-                overrides=["env.name=webshop_lite", "model.entity_tokens=true", "model.init_from=runs/x/final_model"]
-            )
-        )["entity_tokens"]
-        == ()
-    )
+    assert policy_source(load_config(overrides=["env.name=webshop_lite", "model.entity_tokens=true",
+                                                "model.init_from=runs/x/final_model"]))["entity_tokens"] == ()

@@ -18,20 +18,21 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from streamrl.training.assemble import make_learner
-from streamrl.training.data_parallel import DataParallelLearner, gather_trained, load_sharded_optimizer, sharded_learner
+from streamrl.training.data_parallel import (
+    DataParallelLearner,
+    Ranks,
+    free_port,
+    gather_trained,
+    join_group,
+    load_sharded_optimizer,
+    sharded_learner,
+)
 from streamrl.training.loggers import read_metrics
-from streamrl.training.ranks import Ranks, free_port, join_group
 from streamrl.training.run import REFERENCE_FOLDER, load_reference, load_run_policy
 
 #: every algorithm, and SPO++ with LoRA on the top block (adapters sharded, the lower block frozen)
-CASES = [
-    ("spo++", ()),
-    ("spo", ()),
-    ("grpo", ("algo.group_size=4",)),
-    ("ppo", ()),
-    ("sapo", ()),
-    ("spo++", ("model.lora={r: 4, alpha: 8}", "model.train_top_layers=1")),
-]
+CASES = [("spo++", ()), ("spo", ()), ("grpo", ("algo.group_size=4",)), ("ppo", ()), ("sapo", ()),
+         ("spo++", ("model.lora={r: 4, alpha: 8}", "model.train_top_layers=1"))]
 
 
 def _rollouts(config, play):
@@ -63,9 +64,8 @@ def test_two_learner_processes_take_the_same_step_as_one(coin_config, coin_rollo
     lr = 0.05
     # AdamW's epsilon well above float noise: with 1e-8 a gradient element near 0 steps by about
     # lr * sign(grad), so a rounding difference in the summation order could flip a whole step
-    config = coin_config(
-        algo, f"optim.lr={lr}", "optim.eps=1e-4", "train.batch_size=8", "optim.micro_batch_size=3", *extra
-    )
+    config = coin_config(algo, f"optim.lr={lr}", "optim.eps=1e-4", "train.batch_size=8", "optim.micro_batch_size=3",
+                         *extra)
     trajectories = _rollouts(config, coin_rollouts)
 
     single = _learner(config, tmp_path)
@@ -87,14 +87,8 @@ def test_two_learner_processes_take_the_same_step_as_one(coin_config, coin_rollo
     assert any(not torch.equal(a, before[n]) for n, a in single.policy.model.named_parameters())
     if single.critic:
         _assert_same_step(single.critic.model.state_dict(), tensor_state["critic"], critic_before)
-    losses = (
-        "loss",
-        "policy_loss",
-        "grad_norm",
-        "entropy",
-        *(["kl_ref"] if config.algo.kl_coef > 0 else []),
-        *(["critic_loss", "critic_grad_norm"] if single.critic else []),
-    )
+    losses = ("loss", "policy_loss", "grad_norm", "entropy", *(["kl_ref"] if config.algo.kl_coef > 0 else []),
+              *(["critic_loss", "critic_grad_norm"] if single.critic else []))
     for ours, theirs in zip(single_metrics, two_metrics):
         for key in losses:
             assert theirs[key] == pytest.approx(ours[key], rel=1e-4, abs=1e-6), key
@@ -104,12 +98,10 @@ def test_two_learner_processes_take_the_same_step_as_one(coin_config, coin_rollo
     resumed = _learner(config, tmp_path)
     resumed.load_tensor_state(tensor_state)
     names = [n for n, p in resumed.policy.model.named_parameters() if p.requires_grad]
-    moments = {
-        n: resumed.optimizer.state[p]["exp_avg"] for n, p in resumed.policy.model.named_parameters() if p.requires_grad
-    }
-    expected = {
-        n: single.optimizer.state[p]["exp_avg"] for n, p in single.policy.model.named_parameters() if p.requires_grad
-    }
+    moments = {n: resumed.optimizer.state[p]["exp_avg"] for n, p in resumed.policy.model.named_parameters()
+               if p.requires_grad}
+    expected = {n: single.optimizer.state[p]["exp_avg"] for n, p in single.policy.model.named_parameters()
+                if p.requires_grad}
     for name in names:
         torch.testing.assert_close(moments[name], expected[name], rtol=1e-4, atol=1e-7, msg=name)
 
@@ -169,24 +161,11 @@ def _children(pid: int) -> list[int]:
 
 def test_a_killed_learner_process_stops_the_run_in_one_line_and_the_resume_goes_on(tmp_path):
     out, steps = tmp_path / "run", 6
-    args = [
-        sys.executable,
-        "-m",
-        "streamrl",
-        "train",
-        "--out",
-        str(out),
-        "--config",
-        "configs/smoke.yaml",
-        f"train.steps={steps}",
-        "train.checkpoint_every=2",
-        "train.eval_at_start=false",
-        "env.eval_tasks=2",
-        "sft.demos=4",
-    ]
-    run = subprocess.Popen(
-        [*args, "train.learner_processes=2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    args = [sys.executable, "-m", "streamrl", "train", "--out", str(out), "--config", "configs/smoke.yaml",
+            f"train.steps={steps}", "train.checkpoint_every=2", "train.eval_at_start=false", "env.eval_tasks=2",
+            "sft.demos=4"]
+    run = subprocess.Popen([*args, "train.learner_processes=2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
     manifest = out / "checkpoints" / "step_00000002" / "manifest.json"
     deadline = time.monotonic() + 240
     while not manifest.exists():
@@ -215,14 +194,8 @@ def test_a_step_through_fsdp_in_one_process_equals_the_plain_step(coin_config, c
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     lr = 0.05
-    config = coin_config(
-        "spo++",
-        f"optim.lr={lr}",
-        "optim.eps=1e-4",
-        "train.batch_size=8",
-        "optim.micro_batch_size=3",
-        f"model.device={device}",
-    )
+    config = coin_config("spo++", f"optim.lr={lr}", "optim.eps=1e-4", "train.batch_size=8",
+                         "optim.micro_batch_size=3", f"model.device={device}")
     trajectories = _rollouts(config, coin_rollouts)
     plain = _learner(config, tmp_path)
     before = {n: p.detach().clone() for n, p in plain.policy.model.named_parameters()}

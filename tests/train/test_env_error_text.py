@@ -28,21 +28,10 @@ class Flaky(Env):
 
 def test_environment_errors_keep_their_text_and_samples_are_capped(tmp_path):
     register("flaky", Flaky)
-    config = load_config(
-        "configs/smoke.yaml",
-        [
-            "env.name=flaky",
-            "sft.demos=0",
-            "train.steps=2",
-            "train.batch_size=6",
-            "rollout.concurrency=6",
-            "logging.samples_every=1",
-            "logging.samples_per_step=6",
-            "logging.sample_text_chars=200",
-            "env.eval_tasks=2",
-        ],
-        note=lambda _: None,
-    )
+    config = load_config("configs/smoke.yaml", [
+        "env.name=flaky", "sft.demos=0", "train.steps=2", "train.batch_size=6", "rollout.concurrency=6",
+        "logging.samples_every=1", "logging.samples_per_step=6", "logging.sample_text_chars=200", "env.eval_tasks=2",
+    ], note=lambda _: None)
     asyncio.run(train(config, tmp_path / "run", echo=lambda *_: None))
     events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
     failed = [e for e in events if e["event"] == "result" and e["end_reason"] == "env_error"]
@@ -77,21 +66,11 @@ def test_a_dead_environment_stops_training_after_its_own_setting_with_a_checkpoi
 
     register("breaks", Breaks)
     Breaks.played = 0
-    config = load_config(
-        "configs/smoke.yaml",
-        [
-            "env.name=breaks",
-            "sft.demos=0",
-            "train.steps=50",
-            "train.batch_size=4",
-            "rollout.concurrency=2",
-            "train.eval_at_start=false",
-            "train.checkpoint_every=0",
-            "rollout.max_env_faults_in_row=3",
-            "rollout.max_staleness=0",
-        ],
-        note=lambda _: None,
-    )
+    config = load_config("configs/smoke.yaml", [
+        "env.name=breaks", "sft.demos=0", "train.steps=50", "train.batch_size=4", "rollout.concurrency=2",
+        "train.eval_at_start=false", "train.checkpoint_every=0", "rollout.max_env_faults_in_row=3",
+        "rollout.max_staleness=0",
+    ], note=lambda _: None)
     try:
         asyncio.run(train(config, tmp_path / "run", echo=lambda *_: None))
     except DeadEnvironmentError as error:

@@ -29,9 +29,8 @@ def test_checkpointed_step_equals_plain_step(coin_config, coin_rollouts):
         t.turns[-1].reward = float(index % 2)
         t.outcome = sum(turn.reward for turn in t.turns)
     policy_a, learner_a, metrics_a = _step(plain, trajectories)
-    checkpointed = coin_config(
-        "ppo", "optim.lr=0.5", "algo.critic_lr=0.5", "train.batch_size=8", "model.gradient_checkpointing=true"
-    )
+    checkpointed = coin_config("ppo", "optim.lr=0.5", "algo.critic_lr=0.5", "train.batch_size=8",
+                                "model.gradient_checkpointing=true")
     policy_b, learner_b, metrics_b = _step(checkpointed, trajectories)
     assert any(getattr(m, "gradient_checkpointing", False) for m in policy_b.model.modules())
     assert any(getattr(m, "gradient_checkpointing", False) for m in learner_b.critic.model.modules())

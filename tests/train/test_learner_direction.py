@@ -29,12 +29,8 @@ def test_spo_plus_plus_step_follows_the_advantage_sign(coin_config):
         engine = HFEngine.from_policy(policy, seed=seed)
         try:
             tasks = [f"train/{i}" for i in range(8)]
-            return await run_episodes(
-                episode_runner(config, engine, policy, episode_settings(config)),
-                lambda: make("coin"),
-                tasks,
-                concurrency=8,
-            )
+            return await run_episodes(episode_runner(config, engine, policy, episode_settings(config)),
+                                      lambda: make("coin"), tasks, concurrency=8)
         finally:
             await engine.close()
 
@@ -47,9 +43,7 @@ def test_spo_plus_plus_step_follows_the_advantage_sign(coin_config):
     learner = make_learner(config, policy)
     source = learner.algorithm.prompt_source([t.prompt_id for t in trajectories])
     for t in trajectories:  # what the dispatcher would have frozen: the unseen prior, 0.5
-        t.dispatch = type(t.dispatch)(
-            **{**t.dispatch.to_dict(), "baseline": source.on_dispatch(t.prompt_id).baseline, "z": 0.0}
-        )
+        t.dispatch = type(t.dispatch)(**{**t.dispatch.to_dict(), "baseline": source.on_dispatch(t.prompt_id).baseline, "z": 0.0})
     batch = collate(trajectories)
     before = _trajectory_logps(learner, batch)
     metrics = learner.step(trajectories)

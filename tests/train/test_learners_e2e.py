@@ -74,9 +74,7 @@ def test_spo_tracker_absorbs_every_delivered_result(coin_config, tmp_path):
 
 
 def test_offline_prior_initialises_the_tracker_from_initial_rollouts(coin_config, tmp_path):
-    config = coin_config(
-        "spo++", "train.steps=1", "train.checkpoint_every=1", "algo.offline_samples=2", "env.train_tasks=4"
-    )
+    config = coin_config("spo++", "train.steps=1", "train.checkpoint_every=1", "algo.offline_samples=2", "env.train_tasks=4")
     asyncio.run(train(config, tmp_path))
     state = json.loads(next((tmp_path / "checkpoints").glob("step_*/state.json")).read_text())
     prompts = {entry[0]: entry for entry in state["learner"]["tracker"]["prompts"]}

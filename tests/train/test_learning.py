@@ -34,32 +34,13 @@ from streamrl.training.loop import train
 @pytest.mark.parametrize(("algo", "rollout_dtype"), [("spo++", "same"), ("spo++", "int8")])
 def test_rl_raises_held_out_success_over_a_weak_warm_start(algo, rollout_dtype, tmp_path):
     """Also with quantised (int8) rollouts: the learner's float weights learn from int8 behaviour."""
-    config = load_config(
-        "configs/smoke.yaml",
-        [
-            f"model.rollout_dtype={rollout_dtype}",
-            "env.name=pick_object",
-            "env.prompt={}",
-            "env.parser={}",
-            "env.train_tasks=64",
-            "env.eval_tasks=200",
-            "sft.source=expert",
-            "sft.demos=160",
-            "sft.epochs=3",
-            "sft.lr=3e-3",
-            "sft.batch_size=8",
-            "rollout.max_new_tokens=8",
-            "rollout.concurrency=16",
-            "rollout.max_staleness=1",
-            "train.steps=250",
-            "train.batch_size=16",
-            "train.checkpoint_every=0",
-            "optim.lr=5e-4",
-            "optim.micro_batch_size=16",
-            "eval.greedy=false",
-        ],
-        algo=algo,
-    )
+    config = load_config("configs/smoke.yaml", [f"model.rollout_dtype={rollout_dtype}",
+        "env.name=pick_object", "env.prompt={}", "env.parser={}", "env.train_tasks=64", "env.eval_tasks=200",
+        "sft.source=expert", "sft.demos=160", "sft.epochs=3", "sft.lr=3e-3", "sft.batch_size=8",
+        "rollout.max_new_tokens=8", "rollout.concurrency=16", "rollout.max_staleness=1",
+        "train.steps=250", "train.batch_size=16", "train.checkpoint_every=0",
+        "optim.lr=5e-4", "optim.micro_batch_size=16", "eval.greedy=false",
+    ], algo=algo)
     summary = asyncio.run(train(config, tmp_path / "run", echo=lambda *_: None))
     before, after = summary["eval_before"]["success"], summary["eval_after"]["success"]
     assert before < 0.45, f"the warm start should be weak when sampled: {before:.2f}"

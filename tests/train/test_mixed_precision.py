@@ -37,11 +37,8 @@ def test_without_mixed_precision_nothing_changes():
     plain = _policy(dtype="bfloat16")
     assert plain.dtype == torch.bfloat16 and plain.compute_dtype is None
     assert _policy(dtype="float32", float32_weights=True).compute_dtype is None
-    lora = _policy(
-        dtype="bfloat16",
-        float32_weights=True,
-        lora={"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]},
-    )
+    lora = _policy(dtype="bfloat16", float32_weights=True, lora={"r": 4, "alpha": 8, "dropout": 0.0,
+                                                                  "target_modules": ["q_proj", "v_proj"]})
     assert lora.compute_dtype is None  # the frozen base stays in bfloat16; peft keeps adapters in float32
     with plain.autocast():
         assert not torch.is_autocast_enabled("cpu")
@@ -69,9 +66,7 @@ def test_small_steps_reach_float32_weights_and_round_away_in_bfloat16():
 
 
 def test_training_runs_load_float32_weights():
-    config = load_config(
-        "configs/smoke.yaml",
-        ["model.dtype=bfloat16", "model.overrides={hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2}"],
-    )
+    config = load_config("configs/smoke.yaml", ["model.dtype=bfloat16", "model.overrides={hidden_size: 64, "
+                                                "intermediate_size: 128, num_hidden_layers: 2}"])
     policy = load_run_policy(config, None)
     assert policy.dtype == torch.float32 and policy.compute_dtype == torch.bfloat16

@@ -15,11 +15,7 @@ def _three_steps(fused: bool) -> tuple[dict[str, torch.Tensor], dict[str, torch.
     policy = load_policy("tiny", seed=0)
     model = policy.model
     parameters = policy.trainable_parameters()
-    optimizer = (
-        adamw(parameters, lr=1e-3, weight_decay=0.1)
-        if fused
-        else torch.optim.AdamW(parameters, lr=1e-3, weight_decay=0.1)
-    )
+    optimizer = adamw(parameters, lr=1e-3, weight_decay=0.1) if fused else torch.optim.AdamW(parameters, lr=1e-3, weight_decay=0.1)
     assert bool(optimizer.param_groups[0]["fused"]) is fused
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     ids = torch.randint(16, model.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))

@@ -14,26 +14,16 @@ from streamrl.training.loggers import read_metrics
 
 STEPS, BATCH = 8, 8
 ARGS = [
-    "--config",
-    "configs/smoke.yaml",
-    "--algo",
-    "spo++",
-    f"train.steps={STEPS}",
-    f"train.batch_size={BATCH}",
-    "train.checkpoint_every=2",
-    "train.keep_checkpoints=3",
-    "train.eval_at_start=false",
-    "env.eval_tasks=2",
-    "sft.demos=4",
+    "--config", "configs/smoke.yaml", "--algo", "spo++",
+    f"train.steps={STEPS}", f"train.batch_size={BATCH}", "train.checkpoint_every=2", "train.keep_checkpoints=3",
+    "train.eval_at_start=false", "env.eval_tasks=2", "sft.demos=4",
 ]
 
 
 def _train(out: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "streamrl", "train", "--out", str(out), *ARGS, *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
 
 
@@ -53,11 +43,7 @@ def test_sigkill_then_resume_continues_exactly(tmp_path, sigkill_at_checkpoint):
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl", "train")] == list(range(1, STEPS + 1))
 
     state = json.loads((out / "checkpoints" / f"step_{STEPS:08d}" / "state.json").read_text())
-    assert {k: v for k, v in state["run"].items() if k != "rl_s"} == {
-        "step": STEPS,
-        "version": STEPS,
-        "trajectories": STEPS * BATCH,
-    }
+    assert {k: v for k, v in state["run"].items() if k != "rl_s"} == {"step": STEPS, "version": STEPS, "trajectories": STEPS * BATCH}
     assert state["run"]["rl_s"] > 0  # the RL clock, which goes on across the resume
     tracker = state["learner"]["tracker"]
     assert math.isclose(tracker["z"], STEPS * -math.log(0.875), rel_tol=1e-12)

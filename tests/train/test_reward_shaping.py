@@ -8,20 +8,9 @@ from streamrl.training.config import RewardConfig
 
 
 def _turn(reward: float, *, valid: bool = True, effective: bool = True) -> Turn:
-    return Turn(
-        context_ids=[1, 2],
-        action_ids=[3, 4],
-        logprobs=[-0.1, -0.2],
-        action_text="x",
-        action="x",
-        format_valid=valid,
-        action_effective=effective,
-        reward=reward,
-        done=False,
-        finish_reason="stop",
-        policy_version=0,
-        observation="o",
-    )
+    return Turn(context_ids=[1, 2], action_ids=[3, 4], logprobs=[-0.1, -0.2], action_text="x", action="x",
+                format_valid=valid, action_effective=effective, reward=reward, done=False,
+                finish_reason="stop", policy_version=0, observation="o")
 
 
 def _trajectory() -> Trajectory:
@@ -33,9 +22,7 @@ def test_each_penalty_hits_only_its_own_turns():
     trajectory = _trajectory()
     assert shaped_turn_rewards(trajectory, RewardConfig()) == [0.0, 0.0, 1.0]
     # an invalid format is one fault: the ineffective-action penalty applies to valid actions only
-    shaped = shaped_turn_rewards(
-        trajectory, RewardConfig(scale=2.0, invalid_format_penalty=0.5, ineffective_penalty=0.1)
-    )
+    shaped = shaped_turn_rewards(trajectory, RewardConfig(scale=2.0, invalid_format_penalty=0.5, ineffective_penalty=0.1))
     assert shaped == [-0.1, -0.5, 2.0]
 
 
@@ -56,9 +43,7 @@ def test_a_malformed_action_cheaper_than_an_ineffective_one_is_warned_about():
         return said
 
     cheap = warnings("reward.ineffective_penalty=0.1")
-    assert len(cheap) == 1 and cheap[0].startswith(
-        "reward.invalid_format_penalty (0) is below reward.ineffective_penalty"
-    )
+    assert len(cheap) == 1 and cheap[0].startswith("reward.invalid_format_penalty (0) is below reward.ineffective_penalty")
     assert warnings("reward.ineffective_penalty=0.1", "reward.invalid_format_penalty=0.1") == []
     assert warnings() == []
     default = load_config("configs/default.yaml").reward  # the default run closes that door

@@ -14,25 +14,13 @@ from streamrl import cli
 from streamrl.training.loggers import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
-ARGS = [
-    "--config",
-    "configs/smoke.yaml",
-    "train.steps=400",
-    "train.checkpoint_every=0",
-    "train.eval_at_start=false",
-    "env.eval_tasks=2",
-    "sft.demos=4",
-]
+ARGS = ["--config", "configs/smoke.yaml", "train.steps=400", "train.checkpoint_every=0", "train.eval_at_start=false",
+        "env.eval_tasks=2", "sft.demos=4"]
 
 
 def _start(out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "streamrl", "train", "--out", str(out), *ARGS, *extra],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    return subprocess.Popen([sys.executable, "-m", "streamrl", "train", "--out", str(out), *ARGS, *extra], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def _wait_for_steps(out: Path, steps: int, process: subprocess.Popen, timeout: float = 120) -> None:
@@ -137,9 +125,7 @@ def test_a_read_only_out_is_one_line_with_status_2(tmp_path, capsys, monkeypatch
     monkeypatch.setattr(os, "open", refuse_under_read_only)
     assert cli.main(["train", "--out", str(read_only / "run"), *ARGS]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [
-        f"streamrl train: error: --out {read_only / 'run'}: cannot use it as a run folder (Read-only file system)"
-    ]
+    assert err == [f"streamrl train: error: --out {read_only / 'run'}: cannot use it as a run folder (Read-only file system)"]
 
 
 def test_a_full_disk_at_a_checkpoint_is_one_line_and_the_resume_goes_on(tmp_path, capsys, monkeypatch):
@@ -155,23 +141,12 @@ def test_a_full_disk_at_a_checkpoint_is_one_line_and_the_resume_goes_on(tmp_path
             saves.append(f)
             if len(saves) == 2:
                 Path(f).write_bytes(b"\0" * 64)
-                raise RuntimeError(
-                    "[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file "
-                    "data/3: file write failed"
-                )
+                raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file "
+                                   "data/3: file write failed")
         return real_save(obj, f, *args, **kwargs)
 
     monkeypatch.setattr(torch, "save", disk_fills_at_the_second_checkpoint)
-    args = [
-        "train",
-        "--config",
-        "smoke",
-        "--out",
-        str(out),
-        "train.steps=3",
-        "train.checkpoint_every=1",
-        "env.eval_tasks=2",
-    ]
+    args = ["train", "--config", "smoke", "--out", str(out), "train.steps=3", "train.checkpoint_every=1", "env.eval_tasks=2"]
     assert cli.main(args) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err

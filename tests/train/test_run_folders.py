@@ -12,21 +12,9 @@ from streamrl.training.checkpoint import latest_valid
 
 from . import conftest  # noqa: F401  (registers the coin environment)
 
-RUN = [
-    "--config",
-    "configs/smoke.yaml",
-    "env.name=coin",
-    "env.prompt={}",
-    "env.parser={}",
-    "sft.demos=0",
-    "train.eval_at_start=false",
-    "env.eval_tasks=2",
-    "rollout.max_new_tokens=6",
-    "train.batch_size=4",
-    "rollout.concurrency=4",
-    "train.checkpoint_every=1",
-    "logging.samples_every=0",
-]
+RUN = ["--config", "configs/smoke.yaml", "env.name=coin", "env.prompt={}", "env.parser={}", "sft.demos=0",
+       "train.eval_at_start=false", "env.eval_tasks=2", "rollout.max_new_tokens=6", "train.batch_size=4",
+       "rollout.concurrency=4", "train.checkpoint_every=1", "logging.samples_every=0"]
 
 
 def _train(out, *overrides, flags=()):
@@ -59,11 +47,8 @@ def test_reuse_is_refused_and_resume_checks_before_writing(tmp_path, capsys):
     assert (out / "metrics.jsonl").read_bytes() == metrics_before
 
     assert _train(out, "train.steps=3", flags=("--resume",)) == 0  # a longer run continues
-    assert [
-        json.loads(line)["step"]
-        for line in (out / "metrics.jsonl").read_text().splitlines()
-        if '"kind": "train"' in line
-    ] == [1, 2, 3]
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
+            if '"kind": "train"' in line] == [1, 2, 3]
 
 
 def test_resume_refuses_log_offsets_beyond_the_logs(tmp_path, capsys):

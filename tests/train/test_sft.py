@@ -21,21 +21,11 @@ from streamrl.training.sft import (
 
 
 def _cloned(prompt_loss_weight: float):
-    config = load_config(
-        "configs/smoke.yaml",
-        [
-            "env.name=pick_object",
-            "env.prompt={}",
-            "env.parser={}",
-            "sft.source=expert",
-            "sft.demos=16",
-            "sft.epochs=4",
-            "sft.lr=3e-3",
-            "sft.batch_size=4",
-            f"sft.prompt_loss_weight={prompt_loss_weight}",
-            "model.dtype=float32",
-        ],
-    )
+    config = load_config("configs/smoke.yaml", [
+        "env.name=pick_object", "env.prompt={}", "env.parser={}", "sft.source=expert", "sft.demos=16",
+        "sft.epochs=4", "sft.lr=3e-3", "sft.batch_size=4", f"sft.prompt_loss_weight={prompt_loss_weight}",
+        "model.dtype=float32",
+    ])
     torch.manual_seed(0)
     policy = load_run_policy(config, None)
     demos = asyncio.run(collect_demonstrations(config, policy))
@@ -87,21 +77,10 @@ def _exact_by_hand(policy, demos) -> float:
 
 
 def test_heldout_demonstrations_are_unseen_goals_and_imitation_counts_actions():
-    config = load_config(
-        "configs/smoke.yaml",
-        [
-            "env.name=pick_object",
-            "env.prompt={}",
-            "env.parser={}",
-            "sft.source=expert",
-            "sft.demos=16",
-            "sft.epochs=25",
-            "sft.lr=3e-3",
-            "sft.batch_size=4",
-            "sft.heldout_demos=12",
-            "model.dtype=float32",
-        ],
-    )
+    config = load_config("configs/smoke.yaml", [
+        "env.name=pick_object", "env.prompt={}", "env.parser={}", "sft.source=expert", "sft.demos=16",
+        "sft.epochs=25", "sft.lr=3e-3", "sft.batch_size=4", "sft.heldout_demos=12", "model.dtype=float32",
+    ])
     torch.manual_seed(0)
     policy = load_run_policy(config, None)
     demos = asyncio.run(collect_demonstrations(config, policy))
@@ -117,27 +96,17 @@ def test_heldout_demonstrations_are_unseen_goals_and_imitation_counts_actions():
     assert metrics["heldout_action_exact"] == imitation(policy, heldout)["action_exact"]
     assert metrics["heldout_nll"] == imitation(policy, heldout)["nll"]
     assert after["nll"] < before["nll"]
-    assert (
-        asyncio.run(
-            collect_demonstrations(
-                config.model_copy(update={"sft": config.sft.model_copy(update={"heldout_demos": 0})}),
-                policy,
-                heldout=True,
-            )
-        )
-        == []
-    )
+    assert asyncio.run(collect_demonstrations(config.model_copy(update={"sft": config.sft.model_copy(
+        update={"heldout_demos": 0})}), policy, heldout=True)) == []
 
 
 def test_shuffle_entities_renames_each_entity_consistently_within_a_row():
     entity_ids = torch.arange(100, 140)
-    input_ids = torch.tensor(
-        [
-            [1, 101, 2, 105, 101, 3, 105, 7],
-            [4, 5, 6, 7, 8, 9, 10, 11],  # no entities: untouched
-            [101, 101, 101, 2, 120, 3, 139, 0],
-        ]
-    )
+    input_ids = torch.tensor([
+        [1, 101, 2, 105, 101, 3, 105, 7],
+        [4, 5, 6, 7, 8, 9, 10, 11],  # no entities: untouched
+        [101, 101, 101, 2, 120, 3, 139, 0],
+    ])
     generator = torch.Generator().manual_seed(0)
     renamings = []
     for _ in range(50):
@@ -185,8 +154,7 @@ def test_webshop_demonstrations_are_written_as_the_prompt_shows_results():
                 clicks += 1
                 assert turn_b.action.removeprefix("click[").removesuffix("]").isdigit()
                 assert policy.tokenizer.decode(turn_b.action_ids, skip_special_tokens=True).startswith(
-                    f"<action>{turn_b.action}"
-                )
+                    f"<action>{turn_b.action}")
             else:
                 assert turn_b.action == turn_a.action
     assert clicks >= 3

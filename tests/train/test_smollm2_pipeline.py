@@ -18,23 +18,11 @@ pytestmark = pytest.mark.slow
 
 
 def test_smollm2_tool_form_warm_start_then_rl_changes_the_lora_weights(tmp_path):
-    config = load_config(
-        "configs/smollm2_alfworld.yaml",
-        [
-            "model.init_from=null",
-            "sft.source=expert",
-            "sft.demos=2",
-            "sft.epochs=1",
-            "train.steps=2",
-            "train.batch_size=2",
-            "rollout.concurrency=2",
-            "rollout.max_turns=2",
-            "env.eval_tasks=1",
-            "train.checkpoint_every=0",
-            "model.dtype=float32",
-            "optim.lr=1e-3",
-        ],
-    )
+    config = load_config("configs/smollm2_alfworld.yaml", [
+        "model.init_from=null", "sft.source=expert", "sft.demos=2", "sft.epochs=1", "train.steps=2", "train.batch_size=2", "rollout.concurrency=2",
+        "rollout.max_turns=2", "env.eval_tasks=1", "train.checkpoint_every=0", "model.dtype=float32",
+        "optim.lr=1e-3",
+    ])
     run = tmp_path / "run"
     summary = asyncio.run(train(config, run, echo=lambda *_: None))
     assert summary["steps"] == 2 and summary["model"]["lora"]["r"] == 16

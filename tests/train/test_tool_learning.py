@@ -29,32 +29,14 @@ from streamrl.training.loop import train
 
 
 def test_rl_through_tool_calls_raises_held_out_success(tmp_path):
-    config = load_config(
-        "configs/smoke.yaml",
-        [
-            "env.name=pick_object",
-            "env.tools=true",
-            "env.train_tasks=1000",
-            "env.eval_tasks=200",
-            "sft.source=expert",
-            "sft.demos=320",
-            "sft.epochs=9",
-            "sft.lr=3e-3",
-            "sft.batch_size=8",
-            "rollout.max_new_tokens=32",
-            "rollout.concurrency=16",
-            "rollout.max_staleness=1",
-            "train.steps=400",
-            "train.batch_size=16",
-            "train.checkpoint_every=0",
-            "train.seed=0",
-            "reward.invalid_format_penalty=0.5",
-            "optim.lr=5e-4",
-            "optim.micro_batch_size=16",
-            "eval.greedy=false",
-        ],
-        algo="spo++",
-    )
+    config = load_config("configs/smoke.yaml", [
+        "env.name=pick_object", "env.tools=true", "env.train_tasks=1000", "env.eval_tasks=200",
+        "sft.source=expert", "sft.demos=320", "sft.epochs=9", "sft.lr=3e-3", "sft.batch_size=8",
+        "rollout.max_new_tokens=32", "rollout.concurrency=16", "rollout.max_staleness=1",
+        "train.steps=400", "train.batch_size=16", "train.checkpoint_every=0", "train.seed=0",
+        "reward.invalid_format_penalty=0.5",
+        "optim.lr=5e-4", "optim.micro_batch_size=16", "eval.greedy=false",
+    ], algo="spo++")
     summary = asyncio.run(train(config, tmp_path / "run", echo=lambda *_: None))
     before, after = summary["eval_before"]["success"], summary["eval_after"]["success"]
     assert before < 0.45, f"the warm start should be weak when sampled: {before:.2f}"

@@ -31,24 +31,9 @@ register("dead_coin", DeadEnv, AnyText, CoinPrompt, overwrite=True)
 
 
 def test_a_dead_environment_stops_training_with_one_line(tmp_path, capsys):
-    args = [
-        "train",
-        "--config",
-        "configs/smoke.yaml",
-        "--algo",
-        "spo++",
-        "--out",
-        str(tmp_path / "run"),
-        "env.name=dead_coin",
-        "env.prompt={}",
-        "env.parser={}",
-        "sft.demos=0",
-        "train.eval_at_start=false",
-        "rollout.max_new_tokens=6",
-        "train.steps=3",
-        "model.dtype=float32",
-        *QUIET,
-    ]
+    args = ["train", "--config", "configs/smoke.yaml", "--algo", "spo++", "--out", str(tmp_path / "run"),
+            "env.name=dead_coin", "env.prompt={}", "env.parser={}", "sft.demos=0", "train.eval_at_start=false",
+            "rollout.max_new_tokens=6", "train.steps=3", "model.dtype=float32", *QUIET]
     assert cli.main(args) == 1  # an explicit dtype: `auto` announces its choice once per process
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
@@ -61,9 +46,7 @@ def test_a_batch_in_which_every_episode_crashed_is_never_trained_on():
     class Crashed:
         outcome, end_reason, error = None, "engine_error", "generate raised OSError: gone"
 
-    with pytest.raises(
-        TrainingError, match=r"step 4: all 2 episodes .*\(engine_error: generate raised OSError: gone\)"
-    ):
+    with pytest.raises(TrainingError, match=r"step 4: all 2 episodes .*\(engine_error: generate raised OSError: gone\)"):
         require_outcomes([Crashed(), Crashed()], 4)
     assert issubclass(DeadEnvironmentError, Exception)
 
@@ -74,14 +57,9 @@ def test_a_batch_in_which_every_episode_crashed_is_never_trained_on():
 @pytest.mark.parametrize(
     "override, field",
     [
-        ("optim.lr=.inf", "optim.lr"),
-        ("optim.lr=1e30", "optim.lr"),
-        ("optim.lr=.nan", "optim.lr"),
-        ("sft.lr=2", "sft.lr"),
-        ("train.steps=true", "train.steps"),
-        ("train.batch_size=false", "train.batch_size"),
-        ("optim.betas=[true,0.9]", "optim.betas"),
-        ("env.train_tasks=100000000", "env.train_tasks"),
+        ("optim.lr=.inf", "optim.lr"), ("optim.lr=1e30", "optim.lr"), ("optim.lr=.nan", "optim.lr"),
+        ("sft.lr=2", "sft.lr"), ("train.steps=true", "train.steps"), ("train.batch_size=false", "train.batch_size"),
+        ("optim.betas=[true,0.9]", "optim.betas"), ("env.train_tasks=100000000", "env.train_tasks"),
         ("rollout.temperature=.inf", "rollout.temperature"),
     ],
 )
@@ -117,25 +95,15 @@ def test_the_memory_estimates_scale_with_the_config(coin_config):
     assert parameter_count(wide) > 10 * small
     with pytest.raises(Exception, match="model.overrides: .* GiB is available"):
         check_resources(wide, available=parameter_count(wide))  # one byte per parameter: too little
-    assert batch_bytes(coin_config("spo++", "train.batch_size=64")) == 2 * batch_bytes(
-        coin_config("spo++", "train.batch_size=32")
-    )
+    assert batch_bytes(coin_config("spo++", "train.batch_size=64")) == 2 * batch_bytes(coin_config("spo++", "train.batch_size=32"))
 
 
 # -- the non-finite guard ------------------------------------------------------------------------
 
 
 def _coin_run(coin_config, out, *overrides, resume=False):
-    config = coin_config(
-        "spo++",
-        "train.batch_size=4",
-        "rollout.concurrency=4",
-        "train.checkpoint_every=1",
-        "train.keep_checkpoints=3",
-        "env.eval_tasks=2",
-        *QUIET,
-        *overrides,
-    )
+    config = coin_config("spo++", "train.batch_size=4", "rollout.concurrency=4", "train.checkpoint_every=1",
+                         "train.keep_checkpoints=3", "env.eval_tasks=2", *QUIET, *overrides)
     return asyncio.run(train(config, out, resume=resume, echo=lambda *_: None))
 
 
@@ -149,9 +117,7 @@ def _finite_checkpoint(checkpoint) -> bool:
 
 
 @pytest.mark.parametrize("fault, quantity", [("lr", "parameter"), ("loss", "loss"), ("grad", "gradient norm")])
-def test_a_non_finite_step_stops_training_and_the_last_good_checkpoint_resumes(
-    coin_config, tmp_path, monkeypatch, fault, quantity
-):
+def test_a_non_finite_step_stops_training_and_the_last_good_checkpoint_resumes(coin_config, tmp_path, monkeypatch, fault, quantity):
     original = Learner.step
 
     def faulty_step(self, trajectories):

@@ -59,9 +59,7 @@ def load_agent(spec: str) -> AgentFunction:
         raise AgentLoadError(f"agent.function: cannot import {where} ({type(error).__name__}: {error})") from None
     function = getattr(module, name, None)
     if function is None or not asyncio.iscoroutinefunction(function):
-        raise AgentLoadError(
-            f"agent.function: {where} has no async function {name!r} (async def {name}(client, task) -> float)"
-        )
+        raise AgentLoadError(f"agent.function: {where} has no async function {name!r} (async def {name}(client, task) -> float)")
     return function
 
 
@@ -102,22 +100,13 @@ class AgentSettings:
 class AgentBackend:
     """Episodes played by an agent function against an in-process endpoint over ``engine``."""
 
-    def __init__(
-        self,
-        engine: InferenceEngine,
-        codec: Any,
-        tool_format: ToolFormat,
-        agent: AgentFunction,
-        tasks: list[dict[str, Any]],
-        settings: AgentSettings = AgentSettings(),
-    ):
+    def __init__(self, engine: InferenceEngine, codec: Any, tool_format: ToolFormat, agent: AgentFunction,
+                 tasks: list[dict[str, Any]], settings: AgentSettings = AgentSettings()):
         self.engine = engine
         self.agent = agent
         self.tasks = {task["id"]: task for task in tasks}
         self.settings = settings
-        self.endpoint = Endpoint(
-            engine, codec, tool_format, settings=EndpointSettings(max_new_tokens=settings.max_new_tokens)
-        )
+        self.endpoint = Endpoint(engine, codec, tool_format, settings=EndpointSettings(max_new_tokens=settings.max_new_tokens))
         self.server: EndpointServer | None = None
 
     @property
@@ -134,15 +123,9 @@ class AgentBackend:
         await self.start()
         assert self.server is not None
         task = self.tasks[record.prompt_id]
-        session = self.endpoint.sessions.open(
-            Session(uuid.uuid4().hex, record, task, self.settings.temperature, self.settings.top_p)
-        )
-        client = openai.AsyncOpenAI(
-            base_url=f"{self.server.url}/sessions/{session.id}/v1",
-            api_key=session.id,
-            max_retries=1,
-            timeout=self.settings.timeout_s,
-        )
+        session = self.endpoint.sessions.open(Session(uuid.uuid4().hex, record, task, self.settings.temperature, self.settings.top_p))
+        client = openai.AsyncOpenAI(base_url=f"{self.server.url}/sessions/{session.id}/v1", api_key=session.id,
+                                    max_retries=1, timeout=self.settings.timeout_s)
         end_reason, error = "terminated", None
         try:
             returned = await asyncio.wait_for(self.agent(client, dict(task)), self.settings.timeout_s)
@@ -170,9 +153,7 @@ class AgentBackend:
 
         async def one(index: int, task_id: str) -> Trajectory:
             async with slots:
-                record = DispatchRecord(
-                    request_id=f"{request_prefix}-{index}", prompt_id=task_id, seq=index, policy_version=self.version
-                )
+                record = DispatchRecord(request_id=f"{request_prefix}-{index}", prompt_id=task_id, seq=index, policy_version=self.version)
                 return (await self.play(record))[0]
 
         return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(task_ids))))
@@ -210,23 +191,13 @@ class ExternalAgentBackend:
     to ``/sessions/<id>/reward``. A task nobody claims, or a session without a reward, within
     ``timeout_s`` ends with ``agent_timeout`` (not trained on)."""
 
-    def __init__(
-        self,
-        engine: InferenceEngine,
-        codec: Any,
-        tool_format: ToolFormat,
-        tasks: list[dict[str, Any]],
-        settings: AgentSettings = AgentSettings(),
-        host: str = "127.0.0.1",
-        port: int = 0,
-        token: str | None = None,
-    ):
+    def __init__(self, engine: InferenceEngine, codec: Any, tool_format: ToolFormat, tasks: list[dict[str, Any]],
+                 settings: AgentSettings = AgentSettings(), host: str = "127.0.0.1", port: int = 0, token: str | None = None):
         self.engine = engine
         self.tasks = {task["id"]: task for task in tasks}
         self.settings = settings
-        self.endpoint = Endpoint(
-            engine, codec, tool_format, settings=EndpointSettings(max_new_tokens=settings.max_new_tokens, token=token)
-        )
+        self.endpoint = Endpoint(engine, codec, tool_format,
+                                 settings=EndpointSettings(max_new_tokens=settings.max_new_tokens, token=token))
         self.pending: asyncio.Queue[Session] = asyncio.Queue()
         self._rewarded: dict[str, asyncio.Event] = {}
         self.server = EndpointServer(build_app(self.endpoint, on_reward=self._on_reward, claim=self._claim), host, port)
@@ -260,11 +231,8 @@ class ExternalAgentBackend:
 
     async def play(self, record: DispatchRecord) -> tuple[Trajectory, str]:
         await self.start()
-        session = self.endpoint.sessions.open(
-            Session(
-                uuid.uuid4().hex, record, self.tasks[record.prompt_id], self.settings.temperature, self.settings.top_p
-            )
-        )
+        session = self.endpoint.sessions.open(Session(uuid.uuid4().hex, record, self.tasks[record.prompt_id],
+                                                      self.settings.temperature, self.settings.top_p))
         event = self._rewarded[session.id] = asyncio.Event()
         await self.pending.put(session)
         end_reason, error = "terminated", None

@@ -31,11 +31,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamrl.agents.sessions import Call, Session, SessionStore, request_key, same_reply
-from streamrl.agents.wire import RequestError, stream_chunks, template_messages
 from streamrl.policy.protocols import GenerationRequest, InferenceEngine, SamplingParams
 from streamrl.policy.tool_format import ToolFormat
 
 MODEL_NAME = "streamrl-policy"
+
+
+class RequestError(Exception):
+    """A bad request: its status and the OpenAI error fields."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.message, self.param, self.status, self.kind = message, param, status, kind
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": None}}
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,56 @@ class EndpointSettings:
     max_request_bytes: int = 1 << 20
     #: requests without a session (``streamrl serve`` alone) need this bearer token when set
     token: str | None = None
+
+
+def _wire_calls(calls: Any, where: str) -> list[dict[str, Any]]:
+    """OpenAI wire ``tool_calls`` (arguments as a JSON string) -> the template's (a dict)."""
+    if not isinstance(calls, list):
+        raise RequestError(f"{where}.tool_calls must be a list", f"{where}.tool_calls")
+    converted = []
+    for index, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise RequestError(f"{where}.tool_calls[{index}] needs function.name", f"{where}.tool_calls")
+        arguments = function.get("arguments", "{}")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments or "{}")
+            except ValueError:
+                raise RequestError(f"{where}.tool_calls[{index}].function.arguments is not JSON", f"{where}.tool_calls") from None
+        converted.append({"type": "function", "id": str(call.get("id") or f"call_{index}"),
+                          "function": {"name": function["name"], "arguments": arguments}})
+    return converted
+
+
+def template_messages(messages: Any) -> list[dict[str, Any]]:
+    """The request's messages in the form chat templates render; a ``RequestError`` naming the first problem."""
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("messages must be a non-empty list", "messages")
+    converted = []
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        if not isinstance(message, dict):
+            raise RequestError(f"{where} must be an object", where)
+        role = message.get("role")
+        if role not in ("system", "developer", "user", "assistant", "tool"):
+            raise RequestError(f"{where}.role must be system, user, assistant or tool, got {role!r}", f"{where}.role")
+        content = message.get("content")
+        if isinstance(content, list):  # content parts: only text is understood
+            if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+                raise RequestError(f"{where}.content: only text parts are supported", f"{where}.content")
+            content = "".join(p.get("text", "") for p in content)
+        if content is not None and not isinstance(content, str):
+            raise RequestError(f"{where}.content must be a string", f"{where}.content")
+        out: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": content or ""}
+        if role == "assistant" and message.get("tool_calls"):
+            out["tool_calls"] = _wire_calls(message["tool_calls"], where)
+        if role == "tool":
+            out["tool_call_id"] = str(message.get("tool_call_id", ""))
+            if message.get("name"):
+                out["name"] = str(message["name"])
+        converted.append(out)
+    return converted
 
 
 def _number(body: dict[str, Any], name: str, low: float, high: float, default: float) -> float:
@@ -55,9 +115,7 @@ def _number(body: dict[str, Any], name: str, low: float, high: float, default: f
     return float(value)
 
 
-def sampling_of(
-    body: dict[str, Any], session: Session | None, settings: EndpointSettings, end_id: int
-) -> SamplingParams:
+def sampling_of(body: dict[str, Any], session: Session | None, settings: EndpointSettings, end_id: int) -> SamplingParams:
     if body.get("n") not in (None, 1):
         raise RequestError("n must be 1 (one completion per request)", "n")
     temperature = _number(body, "temperature", 0.0, 2.0, 1.0)
@@ -73,26 +131,15 @@ def sampling_of(
     stop = [stop] if isinstance(stop, str) else stop
     if not isinstance(stop, list) or len(stop) > 4 or not all(isinstance(s, str) and s for s in stop):
         raise RequestError("stop must be a string or a list of up to 4 non-empty strings", "stop")
-    return SamplingParams(
-        temperature=temperature,
-        top_p=top_p,
-        max_new_tokens=min(limit, settings.max_new_tokens * 8),
-        stop_token_ids=(end_id,),
-        stop_strings=tuple(stop),
-    )
+    return SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=min(limit, settings.max_new_tokens * 8),
+                          stop_token_ids=(end_id,), stop_strings=tuple(stop))
 
 
 class Endpoint:
     """The chat-completions logic, independent of the HTTP framework (the FastAPI app calls it)."""
 
-    def __init__(
-        self,
-        engine: InferenceEngine,
-        codec: Any,
-        tool_format: ToolFormat,
-        sessions: SessionStore | None = None,
-        settings: EndpointSettings | None = None,
-    ):
+    def __init__(self, engine: InferenceEngine, codec: Any, tool_format: ToolFormat,
+                 sessions: SessionStore | None = None, settings: EndpointSettings | None = None):
         self.engine = engine
         self.codec = codec
         self.tool_format = tool_format
@@ -105,9 +152,7 @@ class Endpoint:
             return None
         session = self.sessions.get(session_id)
         if session is None:
-            raise RequestError(
-                f"no open session {session_id!r} (it ended, or was never opened)", None, 404, "not_found_error"
-            )
+            raise RequestError(f"no open session {session_id!r} (it ended, or was never opened)", None, 404, "not_found_error")
         return session
 
     async def complete(self, body: Any, session: Session | None) -> dict[str, Any]:
@@ -116,13 +161,8 @@ class Endpoint:
             raise RequestError("the request body must be a JSON object")
         messages = template_messages(body.get("messages"))
         tools = body.get("tools") or None
-        if tools is not None and (
-            not isinstance(tools, list)
-            or not all(
-                isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("function"), dict)
-                for t in tools
-            )
-        ):
+        if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) and t.get("type") == "function"
+                                                                          and isinstance(t.get("function"), dict) for t in tools)):
             raise RequestError("tools must be a list of {type: function, function: {...}}", "tools")
         if body.get("tool_choice") not in (None, "auto", "none"):
             raise RequestError("tool_choice: only 'auto' and 'none' are supported", "tool_choice")
@@ -134,9 +174,7 @@ class Endpoint:
             session.retries += 1  # a retry of the last call: the same answer, not generated or trained twice
             return session.calls[-1].response
         prompt, continues = self._prompt(messages, tools, session)
-        result = await self.engine.generate(
-            GenerationRequest(f"{session.id if session else 'anon'}:{uuid.uuid4().hex[:8]}", prompt, sampling)
-        )
+        result = await self.engine.generate(GenerationRequest(f"{session.id if session else 'anon'}:{uuid.uuid4().hex[:8]}", prompt, sampling))
         ids = list(result.token_ids)
         text = self.codec.decode(ids[:-1] if ids[-1:] == [self.codec.end_of_turn_id] else ids)
         parsed = self.tool_format.parse(text) if tools else {"content": text.strip(), "tool_calls": []}
@@ -145,34 +183,14 @@ class Endpoint:
         call_id = uuid.uuid4().hex[:12]
         reply: dict[str, Any] = {"role": "assistant", "content": parsed.get("content") or ""}
         if decoded:
-            reply["tool_calls"] = [
-                {
-                    "type": "function",
-                    "id": f"call_{call_id}_{i}",
-                    "function": {"name": c["name"], "arguments": c["arguments"]},
-                }
-                for i, c in enumerate(decoded)
-            ]
+            reply["tool_calls"] = [{"type": "function", "id": f"call_{call_id}_{i}",
+                                    "function": {"name": c["name"], "arguments": c["arguments"]}} for i, c in enumerate(decoded)]
         finish = "tool_calls" if decoded else ("length" if result.finish_reason == "length" else "stop")
         response = self._response(call_id, reply, finish, len(prompt), len(result.token_ids))
         self.calls_served += 1
         if session is not None:
-            session.calls.append(
-                Call(
-                    key,
-                    messages,
-                    reply,
-                    response,
-                    prompt,
-                    list(result.token_ids),
-                    list(result.logprobs),
-                    result.policy_version,
-                    result.finish_reason,
-                    text,
-                    errors,
-                    continues,
-                )
-            )
+            session.calls.append(Call(key, messages, reply, response, prompt, list(result.token_ids), list(result.logprobs),
+                                      result.policy_version, result.finish_reason, text, errors, continues))
         return response
 
     def _prompt(self, messages: list[dict[str, Any]], tools: Any, session: Session | None) -> tuple[list[int], bool]:
@@ -180,63 +198,57 @@ class Endpoint:
         previous = session.calls[-1] if session is not None and session.calls else None
         if previous is not None:
             seen = len(previous.messages)
-            if (
-                len(messages) > seen + 1
-                and messages[:seen] == previous.messages
-                and messages[seen].get("role") == "assistant"
-                and same_reply(previous.reply, messages[seen])
-            ):
+            if (len(messages) > seen + 1 and messages[:seen] == previous.messages
+                    and messages[seen].get("role") == "assistant" and same_reply(previous.reply, messages[seen])):
                 with contextlib.suppress(Exception):  # messages a bridge cannot append: rendered afresh
-                    closing = (
-                        []
-                        if previous.completion_ids[-1:] == [self.codec.end_of_turn_id]
-                        else [self.codec.end_of_turn_id]
-                    )
-                    bridge = self.codec.encode_bridge(messages[seen + 1 :], tools=tools)
+                    closing = [] if previous.completion_ids[-1:] == [self.codec.end_of_turn_id] else [self.codec.end_of_turn_id]
+                    bridge = self.codec.encode_bridge(messages[seen + 1:], tools=tools)
                     return previous.prompt_ids + previous.completion_ids + closing + list(bridge), True
         try:
             prompt = list(self.codec.encode_chat(messages, add_generation_prompt=True, tools=tools))
         except Exception as error:
             raise RequestError(f"the chat template cannot render these messages: {error}", "messages") from None
         extended = previous is not None and prompt[: len(previous.prompt_ids) + len(previous.completion_ids)] == (
-            previous.prompt_ids + previous.completion_ids
-        )
+            previous.prompt_ids + previous.completion_ids)
         return prompt, extended
 
     @staticmethod
-    def _response(
-        call_id: str, reply: dict[str, Any], finish: str, prompt_tokens: int, completion_tokens: int
-    ) -> dict[str, Any]:
+    def _response(call_id: str, reply: dict[str, Any], finish: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply["content"] or None}
         if reply.get("tool_calls"):
             message["tool_calls"] = [
-                {
-                    "id": c["id"],
-                    "type": "function",
-                    "function": {
-                        "name": c["function"]["name"],
-                        "arguments": json.dumps(c["function"]["arguments"], ensure_ascii=False),
-                    },
-                }
+                {"id": c["id"], "type": "function",
+                 "function": {"name": c["function"]["name"], "arguments": json.dumps(c["function"]["arguments"], ensure_ascii=False)}}
                 for c in reply["tool_calls"]
             ]
         return {
-            "id": f"chatcmpl-{call_id}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": MODEL_NAME,
+            "id": f"chatcmpl-{call_id}", "object": "chat.completion", "created": int(time.time()), "model": MODEL_NAME,
             "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
         }
 
 
-def build_app(
-    endpoint: Endpoint, on_reward: Callable[[Session], None] | None = None, claim: Callable[[float], Any] | None = None
-) -> Any:
+def stream_chunks(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """A completion as ``chat.completion.chunk`` events: the role, the content, the calls, the finish."""
+    choice = response["choices"][0]
+    message = choice["message"]
+    base = {"id": response["id"], "object": "chat.completion.chunk", "created": response["created"], "model": response["model"]}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    if message.get("content"):
+        chunks.append(chunk({"content": message["content"]}))
+    for index, call in enumerate(message.get("tool_calls") or []):
+        chunks.append(chunk({"tool_calls": [{"index": index, **call}]}))
+    chunks.append(chunk({}, choice["finish_reason"]))
+    return chunks
+
+
+def build_app(endpoint: Endpoint, on_reward: Callable[[Session], None] | None = None,
+              claim: Callable[[float], Any] | None = None) -> Any:
     """The FastAPI application over ``endpoint``. ``on_reward`` hears each session's final reward;
     ``claim(wait_s)`` (``streamrl serve --train``) hands out the next dispatched session, or None."""
     from fastapi import FastAPI, Request
@@ -278,12 +290,10 @@ def build_app(
         except Exception as exc:  # the engine failed: an error answer, never a crashed server
             return error(RequestError(f"generation failed: {type(exc).__name__}: {exc}", None, 500, "server_error"))
         if isinstance(body, dict) and body.get("stream"):
-
             async def events() -> AsyncIterator[bytes]:
                 for chunk in stream_chunks(response):
                     yield f"data: {json.dumps(chunk)}\n\n".encode()
                 yield b"data: [DONE]\n\n"
-
             return StreamingResponse(events(), media_type="text/event-stream")
         return JSONResponse(response)
 
@@ -304,14 +314,8 @@ def build_app(
     @app.post("/sessions/next")
     async def next_session(request: Request) -> Any:
         if claim is None:
-            return error(
-                RequestError(
-                    "this endpoint hands out no tasks (start it with streamrl serve --train)",
-                    None,
-                    404,
-                    "not_found_error",
-                )
-            )
+            return error(RequestError("this endpoint hands out no tasks (start it with streamrl serve --train)", None, 404,
+                                      "not_found_error"))
         if endpoint.settings.token is not None and bearer(request) != endpoint.settings.token:
             return error(RequestError("a valid bearer token is required", None, 401, "authentication_error"))
         wait = request.query_params.get("wait", "30")
@@ -321,12 +325,8 @@ def build_app(
             return error(RequestError("wait must be a number of seconds", "wait"))
         if session is None:
             return Response(status_code=204)  # nothing dispatched yet: ask again
-        return {
-            "session_id": session.id,
-            "base_url": f"{str(request.base_url).rstrip('/')}/sessions/{session.id}/v1",
-            "api_key": session.id,
-            "task": session.task,
-        }
+        return {"session_id": session.id, "base_url": f"{str(request.base_url).rstrip('/')}/sessions/{session.id}/v1",
+                "api_key": session.id, "task": session.task}
 
     @app.post("/sessions/{session_id}/reward")
     async def reward(session_id: str, request: Request) -> Any:
@@ -376,9 +376,8 @@ class EndpointServer:
             def capture_signals(self):  # the trainer owns SIGINT/SIGTERM
                 yield
 
-        config = uvicorn.Config(
-            self.app, host=self.host, port=self.port, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
-        )
+        config = uvicorn.Config(self.app, host=self.host, port=self.port, log_level="warning", lifespan="off",
+                                timeout_graceful_shutdown=1)
         self._server = _Server(config)
         self._task = asyncio.create_task(self._server.serve())
         while not self._server.started:
@@ -395,3 +394,4 @@ class EndpointServer:
                 with contextlib.suppress(Exception):
                     await self._task
             self._server = None
+

@@ -101,13 +101,10 @@ class SessionStore:
 
 def same_reply(returned: dict[str, Any], sent_back: dict[str, Any]) -> bool:
     """Whether the assistant message an agent sends back is the one the endpoint returned."""
-
     def calls(message: dict[str, Any]) -> list[tuple[str, Any]]:
         return [(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls") or []]
 
-    return (returned.get("content") or "").strip() == (sent_back.get("content") or "").strip() and calls(
-        returned
-    ) == calls(sent_back)
+    return (returned.get("content") or "").strip() == (sent_back.get("content") or "").strip() and calls(returned) == calls(sent_back)
 
 
 def to_trajectory(session: Session, end_reason: str, error: str | None = None) -> Trajectory:
@@ -124,40 +121,31 @@ def to_trajectory(session: Session, end_reason: str, error: str | None = None) -
         previous_end = len(call.prompt_ids) + len(call.completion_ids)
         last = index == len(session.calls) - 1
         reward = session.call_rewards.get(index, 0.0) + (session.reward or 0.0 if last else 0.0)
-        trajectory.turns.append(
-            Turn(
-                context_ids=list(context),
-                action_ids=list(call.completion_ids),
-                logprobs=list(call.logprobs),
-                action_text=call.text,
-                action=summary(call.reply),
-                format_valid=not call.call_errors,
-                action_effective=True,
-                reward=reward,
-                done=last and session.reward is not None,
-                finish_reason=call.finish_reason,
-                policy_version=call.policy_version,
-                observation="",
-                info={"task_id": session.record.prompt_id, "format_valid": not call.call_errors},
-                format_reason="; ".join(call.call_errors) or None,
-                tool_calls=[
-                    {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
-                    for c in call.reply.get("tool_calls") or []
-                ],
-            )
-        )
+        trajectory.turns.append(Turn(
+            context_ids=list(context),
+            action_ids=list(call.completion_ids),
+            logprobs=list(call.logprobs),
+            action_text=call.text,
+            action=summary(call.reply),
+            format_valid=not call.call_errors,
+            action_effective=True,
+            reward=reward,
+            done=last and session.reward is not None,
+            finish_reason=call.finish_reason,
+            policy_version=call.policy_version,
+            observation="",
+            info={"task_id": session.record.prompt_id, "format_valid": not call.call_errors},
+            format_reason="; ".join(call.call_errors) or None,
+            tool_calls=[{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                        for c in call.reply.get("tool_calls") or []],
+        ))
     trajectory.end_reason = end_reason  # type: ignore[assignment]
     trajectory.error = error
     if session.reward is not None and end_reason == "terminated":
         trajectory.outcome = session.reward + sum(session.call_rewards.values())
         trajectory.won = session.reward >= float(session.task.get("success_at", 1.0))
-    trajectory.info = {
-        "task_id": session.record.prompt_id,
-        "won": trajectory.won,
-        "calls": len(session.calls),
-        "prefix_breaks": prefix_breaks(session),
-        "retries": session.retries,
-    }
+    trajectory.info = {"task_id": session.record.prompt_id, "won": trajectory.won,
+                       "calls": len(session.calls), "prefix_breaks": prefix_breaks(session), "retries": session.retries}
     return trajectory
 
 
@@ -170,6 +158,4 @@ def summary(reply: dict[str, Any]) -> str:
     calls = reply.get("tool_calls") or []
     if not calls:
         return (reply.get("content") or "").strip()
-    return "; ".join(
-        f"{c['function']['name']}({json.dumps(c['function']['arguments'], ensure_ascii=False)})" for c in calls
-    )
+    return "; ".join(f"{c['function']['name']}({json.dumps(c['function']['arguments'], ensure_ascii=False)})" for c in calls)

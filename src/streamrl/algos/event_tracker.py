@@ -216,13 +216,8 @@ class EventTimeTracker(BetaPromptMemory):
             check_id("request", request_id)
         floating = {}
         for row in state.get("floating", []):  # absent in states saved before it existed
-            if not (
-                isinstance(row, (list, tuple))
-                and len(row) == 2
-                and row[0] in restored
-                and isinstance(row[1], (int, float))
-                and math.isfinite(row[1])
-            ):
+            if not (isinstance(row, (list, tuple)) and len(row) == 2 and row[0] in restored
+                    and isinstance(row[1], (int, float)) and math.isfinite(row[1])):
                 raise ValueError(f"EventTimeTracker state 'floating' row must be [known id, z], got {row!r}")
             floating[row[0]] = float(row[1])
         self._z = z

@@ -75,13 +75,8 @@ class _ActionTerms(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(
-        ctx,
-        logits: torch.Tensor,
-        tokens: torch.Tensor | None,
-        excluded: torch.Tensor,  # type: ignore[override]
-        with_entropy: bool,
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    def forward(ctx, logits: torch.Tensor, tokens: torch.Tensor | None, excluded: torch.Tensor,  # type: ignore[override]
+                with_entropy: bool) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         ctx.set_materialize_grads(False)
         dtype = _compute_dtype(logits)
         lse = torch.empty(logits.shape[0], dtype=dtype, device=logits.device)
@@ -189,6 +184,4 @@ def _action_terms(
         tokens = tokens.reshape(-1).long()
     logprobs, entropies = _ActionTerms.apply(logits.reshape(-1, vocab), tokens, excluded, with_entropy)
     shape = logits.shape[:-1]
-    return (None if logprobs is None else logprobs.reshape(shape)), (
-        None if entropies is None else entropies.reshape(shape)
-    )
+    return (None if logprobs is None else logprobs.reshape(shape)), (None if entropies is None else entropies.reshape(shape))

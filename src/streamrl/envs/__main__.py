@@ -132,29 +132,20 @@ def typed_message(line: str, schemas: list[dict[str, Any]]) -> AssistantMessage:
         call = ast.parse(line.strip(), mode="eval").body
     except SyntaxError:
         return AssistantMessage(line)
-    names = {
-        schema["function"]["name"]: list(schema["function"].get("parameters", {}).get("properties", {}))
-        for schema in schemas
-    }
+    names = {schema["function"]["name"]: list(schema["function"].get("parameters", {}).get("properties", {}))
+             for schema in schemas}
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in names):
         return AssistantMessage(line)
     try:
         arguments = dict(zip(names[call.func.id], (ast.literal_eval(arg) for arg in call.args)))
         arguments.update({kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg})
     except ValueError as error:
-        return AssistantMessage(
-            "", (ToolCall("call_0", raw=line, error=f"arguments must be literal values ({error})"),)
-        )
+        return AssistantMessage("", (ToolCall("call_0", raw=line, error=f"arguments must be literal values ({error})"),))
     return AssistantMessage("", (ToolCall("call_0", call.func.id, arguments),))
 
 
 def play(
-    name: str,
-    seed: int | None,
-    task_id: str | None,
-    options: dict[str, Any],
-    stdin: TextIO,
-    out: TextIO,
+    name: str, seed: int | None, task_id: str | None, options: dict[str, Any], stdin: TextIO, out: TextIO,
     tools: bool = False,
 ) -> int:
     env, observation, info = start(name, seed, task_id, options)
@@ -183,12 +174,8 @@ def play(
                 out.write(f"[environment error: {type(error).__name__}: {error}]\n")
                 continue
             if result.messages is not None:
-                out.write(
-                    "".join(
-                        f"[{m['role']}{' ' + m['name'] if m.get('name') else ''}] {m['content']}\n"
-                        for m in result.messages
-                    )
-                )
+                out.write("".join(f"[{m['role']}{' ' + m['name'] if m.get('name') else ''}] {m['content']}\n"
+                                  for m in result.messages))
             else:
                 out.write(result.observation + "\n")
             if result.terminated or result.truncated:
@@ -270,14 +257,8 @@ def watch(name: str, seed: int | None, task_id: str | None, options: dict[str, A
     env, _, _ = start(name, seed, task_id, options)  # one-line errors for --seed/--task-id/--option
     runner.engine = _Narrating(runner.engine, out)
     # reset with what the person asked for, exactly as human play does (task_id None: the env picks)
-    record = DispatchRecord(
-        request_id="play",
-        prompt_id=task_id,  # type: ignore[arg-type]
-        seq=0,
-        policy_version=runner.engine.version,
-        env_seed=seed,
-        dispatched_at=time.time(),
-    )
+    record = DispatchRecord(request_id="play", prompt_id=task_id, seq=0,  # type: ignore[arg-type]
+                            policy_version=runner.engine.version, env_seed=seed, dispatched_at=time.time())
     try:
         trajectory = asyncio.run(runner.run(_Narrated(env, name, out), record))
     finally:
@@ -285,10 +266,8 @@ def watch(name: str, seed: int | None, task_id: str | None, options: dict[str, A
     verdict = "won" if trajectory.won else "not won"
     error = f" ({trajectory.error})" if trajectory.error else ""
     outcome = "none" if trajectory.outcome is None else f"{trajectory.outcome:g}"
-    out.write(
-        f"[episode over: {verdict}; ended {trajectory.end_reason}{error}; outcome {outcome}; "
-        f"{len(trajectory.turns)} turns]\n"
-    )
+    out.write(f"[episode over: {verdict}; ended {trajectory.end_reason}{error}; outcome {outcome}; "
+              f"{len(trajectory.turns)} turns]\n")
     return 0
 
 

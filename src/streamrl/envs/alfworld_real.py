@@ -166,14 +166,8 @@ class AlfworldRealEnv(Env):
         # TextWorld has no losing state, but report one if its game ever says done without a win
         # (before the step cap, which TextWorld also reports as done)
         done = won or (bool(dones[0]) and self.steps < self.spec.max_steps)
-        return Step(
-            observation,
-            reward=1.0 if won else 0.0,
-            done=done,
-            won=won,
-            effective=observation.strip() != "Nothing happens.",
-            reason=None if won or not done else "done",
-        )
+        return Step(observation, reward=1.0 if won else 0.0, done=done, won=won,
+                    effective=observation.strip() != "Nothing happens.", reason=None if won or not done else "done")
 
     execute = AlfworldLiteEnv.execute  # the same tool form: execute(command)
 

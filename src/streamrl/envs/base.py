@@ -141,9 +141,7 @@ class PromptBuilder(ABC):
     def next_message(self, observation: str, info: dict[str, Any]) -> str: ...
 
     @abstractmethod
-    def step_messages(
-        self, initial_observation: str, history: History, observation: str, info: dict[str, Any]
-    ) -> Messages:
+    def step_messages(self, initial_observation: str, history: History, observation: str, info: dict[str, Any]) -> Messages:
         """Chat messages for one per-step sample.
 
         ``history`` holds (observation, action) pairs of all earlier steps, oldest first; the
@@ -357,9 +355,7 @@ class Env(ABC):
                 assert call.name is not None  # no problem: a decoded call of a known tool
                 result = self._call_tool(box, call.name, call.arguments or {})
             results.append(result)
-            messages.append(
-                {"role": "tool", "tool_call_id": call.id, "name": call.name or "", "content": result.observation}
-            )
+            messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name or "", "content": result.observation})
         return _combined(results), messages, first_problem
 
     @staticmethod

@@ -90,8 +90,6 @@ def prompt_instruction(
     if instruction is not None:
         return instruction
     if tool_request is not None:
-        return (
-            f"Think inside <think></think>, then {tool_request}." if require_think else f"{tool_request.capitalize()}."
-        )
+        return f"Think inside <think></think>, then {tool_request}." if require_think else f"{tool_request.capitalize()}."
     think, action = verl if style == "verl" else (COMPACT_THINK_INSTRUCTION, COMPACT_ACTION_INSTRUCTION)
     return think if require_think else action

@@ -43,9 +43,7 @@ class PickObjectEnv(Env):
             raise ValueError(f"pick_object: test_tasks must be >= 1, got {test_tasks}")
         super().__init__(seed=seed)
         self.choices = choices
-        self.spec = EnvSpec(
-            name="pick_object", max_steps=1, splits={"train": None, "test": test_tasks}, eval_split="test"
-        )
+        self.spec = EnvSpec(name="pick_object", max_steps=1, splits={"train": None, "test": test_tasks}, eval_split="test")
 
     def start(self, task_id: str) -> str:
         listed, self.target = task(task_id, self.choices)

@@ -73,9 +73,7 @@ def _entry(env: Callable[..., Env], parser: Any = None, prompt_builder: Any = No
     if prompt_builder is None:
         spec = getattr(env, "spec", None)  # a class-level spec gives the default builder its instructions
         instructions = getattr(spec, "instructions", None)
-        prompt_builder = (
-            functools.partial(ChatPromptBuilder, instructions=instructions) if instructions else ChatPromptBuilder
-        )
+        prompt_builder = functools.partial(ChatPromptBuilder, instructions=instructions) if instructions else ChatPromptBuilder
     return EnvEntry(env, parser, prompt_builder)
 
 

@@ -132,9 +132,7 @@ class Toolbox:
         box = cls()
         names: list[str] = []
         for klass in reversed(type(owner).__mro__):
-            names += [
-                name for name, member in vars(klass).items() if getattr(member, _TOOL_MARK, False) and name not in names
-            ]
+            names += [name for name, member in vars(klass).items() if getattr(member, _TOOL_MARK, False) and name not in names]
         for name in names:
             method = getattr(owner, name)
             box.functions[name] = method

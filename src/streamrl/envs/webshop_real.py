@@ -54,15 +54,8 @@ class WebshopRealEnv(Env):
     action_parser = staticmethod(webshop_action_parser)
     prompt_builder = WebshopPromptBuilder
 
-    def __init__(
-        self,
-        webshop_dir: str | None = None,
-        max_steps: int = MAX_STEPS,
-        num_products: int | None = None,
-        human_goals: bool = False,
-        seed: int | None = None,
-        _text_env: Any = None,
-    ):
+    def __init__(self, webshop_dir: str | None = None, max_steps: int = MAX_STEPS, num_products: int | None = None,
+                 human_goals: bool = False, seed: int | None = None, _text_env: Any = None):
         if max_steps < 1:
             raise ValueError(f"webshop_real: max_steps must be >= 1, got {max_steps}")
         if _text_env is None:
@@ -75,14 +68,8 @@ class WebshopRealEnv(Env):
                 ) from error
         self._env = _text_env
         super().__init__(seed=seed)
-        self.spec = EnvSpec(
-            name="webshop_real",
-            max_steps=max_steps,
-            action_format="command",
-            reward_range=(0.0, 1.0),
-            splits=dict(SIZES),
-            eval_split="test",
-        )
+        self.spec = EnvSpec(name="webshop_real", max_steps=max_steps, action_format="command", reward_range=(0.0, 1.0),
+                            splits=dict(SIZES), eval_split="test")
 
     def start(self, task_id: str) -> str:
         split, index = self.check_task_id(task_id)
@@ -98,16 +85,9 @@ class WebshopRealEnv(Env):
         reward = float(reward or 0.0) if done else 0.0
         name, arg = parse_action(action)
         won = bool(done) and reward == 1.0
-        return Step(
-            observation,
-            reward=reward,
-            done=bool(done),
-            won=won,
-            score=100.0 * reward,
-            effective=bool(done) or observation != before,
-            valid=name in ("search", "click") and bool(arg),
-            reason=("won" if won else "purchased") if done else None,
-        )
+        return Step(observation, reward=reward, done=bool(done), won=won, score=100.0 * reward,
+                    effective=bool(done) or observation != before, valid=name in ("search", "click") and bool(arg),
+                    reason=("won" if won else "purchased") if done else None)
 
     search = WebshopLiteEnv.search  # the same tool form: search(query), click(target)
     click = WebshopLiteEnv.click
@@ -124,8 +104,6 @@ class WebshopRealEnv(Env):
         return {
             "task_type": "webshop",
             "anchor": f"{self.task_id}|{self._observation}",
-            "available_actions": {"has_search_bar": False, "clickables": []}
-            if done
-            else self._env.get_available_actions(),
+            "available_actions": {"has_search_bar": False, "clickables": []} if done else self._env.get_available_actions(),
             "instruction": getattr(self._env, "instruction_text", ""),
         }

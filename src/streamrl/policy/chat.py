@@ -83,9 +83,7 @@ class ChatTemplateCodec:
     def end_of_turn_id(self) -> int:
         return self._end_of_turn_id
 
-    def encode_chat(
-        self, messages: list[Message], add_generation_prompt: bool = True, tools: Tools = None
-    ) -> list[int]:
+    def encode_chat(self, messages: list[Message], add_generation_prompt: bool = True, tools: Tools = None) -> list[int]:
         """Ids of the whole conversation as the template renders it (``tools``: function schemas)."""
         return self._encode(self._render(messages, add_generation_prompt, tools))
 
@@ -235,11 +233,7 @@ class ChatTemplateCodec:
             "role": "assistant",
             "content": "",
             "tool_calls": [
-                {
-                    "type": "function",
-                    "id": "call_0",
-                    "function": {"name": _PROBE_TOOL_NAME, "arguments": {"probe": marker}},
-                }
+                {"type": "function", "id": "call_0", "function": {"name": _PROBE_TOOL_NAME, "arguments": {"probe": marker}}}
             ],
         }
         result = {"role": "tool", "tool_call_id": "call_0", "name": _PROBE_TOOL_NAME, "content": _PROBE_TOOL_RESULT}

@@ -82,10 +82,8 @@ class DecodeLoop:
         self._cache_arg = cache_argument(self.decoder)
         self._fused = FusedDecoder.build(model, int8=int8)  # None: transformers' forward
         if int8 and self._fused is None:
-            raise ValueError(
-                "int8 rollouts need the engine's own forward, which covers Llama-family models "
-                "(Llama, SmolLM2, Qwen2, Qwen3) only"
-            )
+            raise ValueError("int8 rollouts need the engine's own forward, which covers Llama-family models "
+                             "(Llama, SmolLM2, Qwen2, Qwen3) only")
         # the fused forward's head when it holds its own copy of the weight (packed float32 on CPU, or
         # int8): logits go through it
         head = self._fused.head if self._fused is not None else None
@@ -109,13 +107,7 @@ class DecodeLoop:
         self.prefixes = PrefixStore(prefix_cache_tokens)
         self._logits: torch.Tensor | None = None  # the decode step's logits buffer (_decode_logits)
         self._version = 0
-        self.stats = {
-            "decode_steps": 0,
-            "generated_tokens": 0,
-            "prefill_tokens": 0,
-            "reused_tokens": 0,
-            "slot_steps": 0,
-        }
+        self.stats = {"decode_steps": 0, "generated_tokens": 0, "prefill_tokens": 0, "reused_tokens": 0, "slot_steps": 0}
 
     # -- public ------------------------------------------------------------------------------------
 
@@ -144,7 +136,7 @@ class DecodeLoop:
         for request, deliver in items:
             row = _Row(request, deliver, self.version, None)
             try:
-                problem = request.problem(self.vocab_size, self.max_positions, self._banned_set)
+                problem = self._validate(request)
                 row.generator = self._row_generator(request)
             except Exception as exc:  # not even shaped like a GenerationRequest
                 problem = f"invalid request: {exc!r}"
@@ -255,9 +247,7 @@ class DecodeLoop:
             self.rows[row.slot] = row
             taken.add(i)
 
-    def _forward(
-        self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any
-    ) -> torch.Tensor:
+    def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
         """The decoder's last hidden states over explicit ids, 4D bool mask and positions (only
         the last position's are meaningful, and all ``FusedDecoder`` returns)."""
         if self._fused is not None:
@@ -434,6 +424,25 @@ class DecodeLoop:
     def _row_generator(self, request: GenerationRequest) -> torch.Generator | None:
         seed = request.sampling.seed
         return None if seed is None else torch.Generator(device=self.device).manual_seed(seed)
+
+    def _validate(self, request: GenerationRequest) -> str | None:
+        """Why ``request`` cannot run, or None."""
+        sampling, prompt = request.sampling, request.prompt_ids
+        if not prompt:
+            return "prompt_ids is empty"
+        if any(not isinstance(t, int) or t < 0 or t >= self.vocab_size for t in prompt):
+            return f"prompt_ids must be ints in [0, {self.vocab_size - 1}]"
+        if self._banned_set.intersection(prompt):
+            return f"prompt_ids contain banned ids {sorted(self._banned_set.intersection(prompt))}"
+        if len(prompt) >= self.max_positions:
+            return f"prompt of {len(prompt)} tokens leaves no room under max positions {self.max_positions}"
+        if sampling.temperature < 0:
+            return f"temperature must be >= 0, got {sampling.temperature}"
+        if not 0 < sampling.top_p <= 1:
+            return f"top_p must be in (0, 1], got {sampling.top_p}"
+        if sampling.max_new_tokens < 0:
+            return f"max_new_tokens must be >= 0, got {sampling.max_new_tokens}"
+        return None
 
 
 def _new_tokens(row: _Row) -> int:

@@ -35,18 +35,14 @@ def processor_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return _cpuinfo(("model name",), cpuinfo) or platform.processor() or platform.machine()
 
 
-def choose_dtype(
-    device: str = "cpu", *, flags: set[str] | None = None, cuda_bf16: bool | None = None
-) -> tuple[str, str]:
+def choose_dtype(device: str = "cpu", *, flags: set[str] | None = None, cuda_bf16: bool | None = None) -> tuple[str, str]:
     """``(dtype name, reason)`` for ``device``; ``flags`` and ``cuda_bf16`` replace the probes (tests)."""
     if str(device).startswith("cuda"):
         if cuda_bf16 is None:
             import torch
 
             cuda_bf16 = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-        return (
-            ("bfloat16", "CUDA device supports bfloat16") if cuda_bf16 else ("float32", "CUDA device without bfloat16")
-        )
+        return ("bfloat16", "CUDA device supports bfloat16") if cuda_bf16 else ("float32", "CUDA device without bfloat16")
     if str(device) != "cpu":
         return "float32", f"device {device!r}: float32 unless asked otherwise"
     flags = cpu_flags() if flags is None else flags

@@ -16,12 +16,7 @@ ROLLOUT_DTYPES = ("same", "bfloat16", "int8")
 
 
 def make_engine(
-    kind: str,
-    policy: Policy,
-    *,
-    version: int = 0,
-    seed: int = 0,
-    threads: int | None = None,
+    kind: str, policy: Policy, *, version: int = 0, seed: int = 0, threads: int | None = None,
     rollout_dtype: str = "same",
 ) -> InferenceEngine:
     """An engine over a copy of ``policy``'s weights at ``version`` (``threads``: HF engine only);
@@ -32,13 +27,10 @@ def make_engine(
         from streamrl.policy.hf_engine import HFEngine
 
         dtype = "bfloat16" if rollout_dtype == "bfloat16" else None
-        return HFEngine.from_policy(
-            policy, dtype=dtype, version=version, seed=seed, threads=threads, int8=rollout_dtype == "int8"
-        )
+        return HFEngine.from_policy(policy, dtype=dtype, version=version, seed=seed, threads=threads,
+                                    int8=rollout_dtype == "int8")
     if rollout_dtype != "same":
-        raise ValueError(
-            f"model.rollout_dtype={rollout_dtype} is the hf engine's (vLLM quantises through its own options)"
-        )
+        raise ValueError(f"model.rollout_dtype={rollout_dtype} is the hf engine's (vLLM quantises through its own options)")
     if kind == "vllm":
         from streamrl.policy.vllm_engine import VLLMEngine
 

@@ -194,9 +194,7 @@ class FusedDecoder:
         config = decoder.config
         if getattr(config, "model_type", None) not in SUPPORTED_MODEL_TYPES or config.hidden_act != "silu":
             return None
-        if type(head) is not nn.Linear or not all(
-            hasattr(decoder, name) for name in ("embed_tokens", "rotary_emb", "norm", "layers")
-        ):
+        if type(head) is not nn.Linear or not all(hasattr(decoder, name) for name in ("embed_tokens", "rotary_emb", "norm", "layers")):
             return None
         for layer in decoder.layers[: config.num_hidden_layers]:
             attn, mlp = layer.self_attn, getattr(layer, "mlp", None)
@@ -214,9 +212,7 @@ class FusedDecoder:
                 return None
         return cls(decoder, head, int8)
 
-    def __call__(
-        self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any
-    ) -> torch.Tensor:
+    def __call__(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
         """``input_ids, positions [B, Q]``, bool ``mask [B, 1, Q, K]``, ``cache`` with transformers'
         ``update(key, value, layer)`` -> ``[B, Q, H]`` hidden states after the final norm
         (``[B, 1, H]``, the last position, when ``Q > 1``)."""

@@ -58,23 +58,14 @@ def engine_attention(
         # no mask: transformers skipped a plain causal one (the model used outside the engine);
         # enable_gqa instead of repeating K/V: same result, SmolLM2 prefill 12.5 -> 8 ms per layer
         out = F.scaled_dot_product_attention(
-            query,
-            key,
-            value,
-            attn_mask=attention_mask,
-            scale=scale,
-            is_causal=attention_mask is None,
+            query, key, value, attn_mask=attention_mask, scale=scale, is_causal=attention_mask is None,
             enable_gqa=kv_heads != heads,
         )
     return out.transpose(1, 2).contiguous(), None
 
 
 def _decode_attention_bmm(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scale: float,
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None, scale: float,
     groups: int,
 ) -> torch.Tensor:
     """One-token attention as two batched matrix multiplies over ``[B * H_kv]`` small problems
@@ -84,9 +75,7 @@ def _decode_attention_bmm(
     at 100 keys 3.4 -> about 1.1 ms a layer, measured on the 2-core EPYC; docs/results/speed.md)."""
     batch, heads, _, head_dim = query.shape
     kv_heads, keys = key.shape[1], key.shape[2]
-    scores = torch.bmm(
-        query.reshape(batch * kv_heads, groups, head_dim), key.reshape(batch * kv_heads, keys, head_dim).transpose(1, 2)
-    )
+    scores = torch.bmm(query.reshape(batch * kv_heads, groups, head_dim), key.reshape(batch * kv_heads, keys, head_dim).transpose(1, 2))
     scores = scores.view(batch, kv_heads, groups, keys).mul_(scale)
     if attention_mask is not None:
         scores.masked_fill_(~attention_mask.reshape(batch, 1, 1, keys), float("-inf"))
@@ -161,9 +150,7 @@ class PrefixStore:
         self._entries: dict[tuple[int, ...], tuple[list[torch.Tensor], list[torch.Tensor], bool]] = {}
         self._lengths: dict[int, int] = {}  # prefix length -> entries of that length
 
-    def keep(
-        self, tokens: list[int], keys: list[torch.Tensor], values: list[torch.Tensor], shared: bool = False
-    ) -> None:
+    def keep(self, tokens: list[int], keys: list[torch.Tensor], values: list[torch.Tensor], shared: bool = False) -> None:
         key = tuple(tokens)
         if not key or len(key) > self.budget or key in self._entries:
             return

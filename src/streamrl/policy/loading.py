@@ -97,10 +97,7 @@ def load_policy(
     compute_dtype = None
     if float32_weights and not lora and torch_dtype in (torch.bfloat16, torch.float16):
         compute_dtype, torch_dtype = torch_dtype, torch.float32
-        _announce(
-            device,
-            f"training keeps float32 weights; matrix multiplies and generation run in {str(compute_dtype).removeprefix('torch.')}",
-        )
+        _announce(device, f"training keeps float32 weights; matrix multiplies and generation run in {str(compute_dtype).removeprefix('torch.')}")
     _check_device(device)
     if threads is not None:
         if threads < 1:
@@ -112,13 +109,8 @@ def load_policy(
             f"entity tokens are added to the tiny model only (its embeddings train from scratch); {spec} has a trained vocabulary"
         )
     overrides = {**(tiny.parse_overrides(inline) if name == "tiny" else {}), **(model_overrides or {})}
-    recipe = {
-        "spec": str(spec),
-        "model_overrides": model_overrides,
-        "seed": seed,
-        "value_tokens": value_tokens,
-        "entity_tokens": list(entity_tokens),
-    }
+    recipe = {"spec": str(spec), "model_overrides": model_overrides, "seed": seed, "value_tokens": value_tokens,
+              "entity_tokens": list(entity_tokens)}
     if chat_template is not None:  # a shipped name, or the file's absolute path (a LoRA reload rebuilds the base)
         shipped = str(chat_template) in SHIPPED_CHAT_TEMPLATES
         recipe["chat_template"] = str(chat_template) if shipped else str(Path(chat_template).expanduser().resolve())
@@ -148,24 +140,15 @@ def load_policy(
     model.to(device)
     vocab_rows = model.get_input_embeddings().weight.shape[0]
     banned = sorted(set(value_ids or ()) | set(unreachable_ids(vocab_rows, len(tokenizer))))
-    return Policy(
-        model,
-        tokenizer,
-        value_ids,
-        tuple(banned),
-        base_recipe=recipe,
-        lora=dict(lora) if lora else None,
-        compute_dtype=compute_dtype,
-    )
+    return Policy(model, tokenizer, value_ids, tuple(banned), base_recipe=recipe, lora=dict(lora) if lora else None,
+                  compute_dtype=compute_dtype)
 
 
 def read_chat_template(value: str | os.PathLike[str]) -> str:
     """The Jinja text of a shipped chat template (``SHIPPED_CHAT_TEMPLATES``) or of a template file."""
     text = str(value)
     if text in SHIPPED_CHAT_TEMPLATES:
-        return (resources.files("streamrl.policy") / "assets" / SHIPPED_CHAT_TEMPLATES[text]).read_text(
-            encoding="utf-8"
-        )
+        return (resources.files("streamrl.policy") / "assets" / SHIPPED_CHAT_TEMPLATES[text]).read_text(encoding="utf-8")
     path = Path(text).expanduser()
     if not path.is_file():
         raise PolicyLoadError(

@@ -59,10 +59,7 @@ class Policy:
         return self.codec.end_of_turn_id
 
     def encode_chat(
-        self,
-        messages: list[dict[str, Any]],
-        add_generation_prompt: bool = True,
-        tools: list[dict[str, Any]] | None = None,
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, tools: list[dict[str, Any]] | None = None
     ) -> list[int]:
         return self.codec.encode_chat(messages, add_generation_prompt, tools)
 
@@ -182,9 +179,7 @@ class Policy:
         for parameter in clone.parameters():
             parameter.grad = None
         clone.eval()
-        return clone.to(
-            device=self.device if device is None else device, dtype=self.run_dtype if dtype is None else dtype
-        )
+        return clone.to(device=self.device if device is None else device, dtype=self.run_dtype if dtype is None else dtype)
 
     # -- persistence -------------------------------------------------------------------------------
 

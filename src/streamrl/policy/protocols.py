@@ -29,25 +29,6 @@ class GenerationRequest:
     prompt_ids: list[int]
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
-    def problem(self, vocab_size: int, max_positions: int, banned: frozenset[int] = frozenset()) -> str | None:
-        """Why this request cannot run on a model of ``vocab_size`` ids and ``max_positions``, or None."""
-        sampling, prompt = self.sampling, self.prompt_ids
-        if not prompt:
-            return "prompt_ids is empty"
-        if any(not isinstance(t, int) or t < 0 or t >= vocab_size for t in prompt):
-            return f"prompt_ids must be ints in [0, {vocab_size - 1}]"
-        if banned.intersection(prompt):
-            return f"prompt_ids contain banned ids {sorted(banned.intersection(prompt))}"
-        if len(prompt) >= max_positions:
-            return f"prompt of {len(prompt)} tokens leaves no room under max positions {max_positions}"
-        if sampling.temperature < 0:
-            return f"temperature must be >= 0, got {sampling.temperature}"
-        if not 0 < sampling.top_p <= 1:
-            return f"top_p must be in (0, 1], got {sampling.top_p}"
-        if sampling.max_new_tokens < 0:
-            return f"max_new_tokens must be >= 0, got {sampling.max_new_tokens}"
-        return None
-
 
 @dataclass
 class GenerationResult:
@@ -106,10 +87,7 @@ class ChatCodec(Protocol):
     def end_of_turn_id(self) -> int: ...
 
     def encode_chat(
-        self,
-        messages: list[dict[str, Any]],
-        add_generation_prompt: bool = True,
-        tools: list[dict[str, Any]] | None = None,
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, tools: list[dict[str, Any]] | None = None
     ) -> list[int]: ...
 
     def encode_bridge(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]: ...

@@ -46,10 +46,7 @@ class CharCodec:
         return [ord(char) + _OFFSET for char in text]
 
     def encode_chat(
-        self,
-        messages: list[dict[str, Any]],
-        add_generation_prompt: bool = True,
-        tools: list[dict[str, Any]] | None = None,
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, tools: list[dict[str, Any]] | None = None
     ) -> list[int]:
         messages = list(messages)
         ids: list[int] = []
@@ -166,9 +163,7 @@ class ScriptedEngine:
             cut = text.find(stop)
             if cut >= 0:  # the stop string is kept, no end-of-turn token follows
                 ids = self.codec.encode_text(text[: cut + len(stop)])
-                return (
-                    (ids, "stop") if len(ids) <= sampling.max_new_tokens else (ids[: sampling.max_new_tokens], "length")
-                )
+                return (ids, "stop") if len(ids) <= sampling.max_new_tokens else (ids[: sampling.max_new_tokens], "length")
         ids = [*self.codec.encode_text(text), self.codec.end_of_turn_id]
         for position, token in enumerate(ids):
             if position >= sampling.max_new_tokens:

@@ -198,16 +198,16 @@ def _check_call(entry: Any, raw: str) -> dict[str, Any]:
         return {"raw": raw, "error": f"the call is a JSON {_json_type(body)}, not an object"}
     name = body.get("name")
     if not isinstance(name, str) or not name.strip():
-        return {"raw": raw, "error": 'the call has no string "name"'}
+        return {"raw": raw, "error": "the call has no string \"name\""}
     key = "arguments" if "arguments" in body else "parameters" if "parameters" in body else None
     arguments = body[key] if key else {}
     if isinstance(arguments, str):  # OpenAI style: arguments as a JSON-encoded string
         try:
             arguments = json.loads(arguments)
         except json.JSONDecodeError:
-            return {"raw": raw, "error": f'"{key}" is a string that is not JSON'}
+            return {"raw": raw, "error": f"\"{key}\" is a string that is not JSON"}
     if not isinstance(arguments, dict):
-        return {"raw": raw, "error": f'"{key}" is a JSON {_json_type(arguments)}, not an object'}
+        return {"raw": raw, "error": f"\"{key}\" is a JSON {_json_type(arguments)}, not an object"}
     return {"name": name, "arguments": arguments}
 
 

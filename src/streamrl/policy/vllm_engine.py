@@ -75,21 +75,14 @@ def to_result(request_id: str, output: Any, version: int) -> GenerationResult:
     token_ids = [int(t) for t in completion.token_ids]
     positions = completion.logprobs or []
     if len(positions) != len(token_ids):
-        return GenerationResult(
-            request_id,
-            [],
-            [],
-            "error",
-            version,
-            error=f"vLLM returned {len(positions)} log-prob positions for {len(token_ids)} tokens",
-        )
+        return GenerationResult(request_id, [], [], "error", version,
+                                error=f"vLLM returned {len(positions)} log-prob positions for {len(token_ids)} tokens")
     logprobs = []
     for token, position in zip(token_ids, positions):
         entry = position.get(token)
         if entry is None:
-            return GenerationResult(
-                request_id, [], [], "error", version, error=f"vLLM returned no log-prob for the sampled token {token}"
-            )
+            return GenerationResult(request_id, [], [], "error", version,
+                                    error=f"vLLM returned no log-prob for the sampled token {token}")
         logprobs.append(float(entry.logprob))
     reason = completion.finish_reason
     finish: FinishReason = reason if reason in ("stop", "length", "abort") else "error"
@@ -119,15 +112,8 @@ class VLLMEngine:
         version: the policy version of the surface's weights.
     """
 
-    def __init__(
-        self,
-        surface: VLLMSurface,
-        *,
-        vocab_size: int,
-        banned_token_ids: Iterable[int] = (),
-        weight_names: Iterable[str],
-        version: int = 0,
-    ):
+    def __init__(self, surface: VLLMSurface, *, vocab_size: int, banned_token_ids: Iterable[int] = (),
+                 weight_names: Iterable[str], version: int = 0):
         banned = {int(i) for i in banned_token_ids}
         self._surface = surface
         self._allowed = [i for i in range(vocab_size) if i not in banned]
@@ -148,13 +134,8 @@ class VLLMEngine:
         folder = export_policy(policy, Path(tempfile.mkdtemp(prefix="streamrl-vllm-")))
         dtype = str(policy.run_dtype).removeprefix("torch.")
         surface = RealVLLM(folder, seed=seed, dtype=dtype, **engine_args)
-        return cls(
-            surface,
-            vocab_size=policy.vocab_size,
-            banned_token_ids=policy.banned_token_ids,
-            weight_names=policy.state_dict_for_engine().keys(),
-            version=version,
-        )
+        return cls(surface, vocab_size=policy.vocab_size, banned_token_ids=policy.banned_token_ids,
+                   weight_names=policy.state_dict_for_engine().keys(), version=version)
 
     # -- InferenceEngine -----------------------------------------------------------------------
 
@@ -231,15 +212,9 @@ class RealVLLM:
             ) from None
 
         self._params = VLLMSamplingParams
-        args = {
-            "gpu_memory_utilization": 0.4,
-            "enable_prefix_caching": True,
-            "logprobs_mode": "processed_logprobs",
-            **engine_args,
-        }
-        self._engine = AsyncLLMEngine.from_engine_args(
-            AsyncEngineArgs(model=str(model), seed=seed, dtype=dtype, **args)
-        )
+        args = {"gpu_memory_utilization": 0.4, "enable_prefix_caching": True, "logprobs_mode": "processed_logprobs",
+                **engine_args}
+        self._engine = AsyncLLMEngine.from_engine_args(AsyncEngineArgs(model=str(model), seed=seed, dtype=dtype, **args))
 
     def sampling_params(self, **kwargs: Any) -> Any:
         return self._params(**kwargs)

@@ -145,9 +145,8 @@ def make_backend(
     starts ``workers`` actors built from ``spec``, serving ``weights()`` (read at start and at each
     publish, put into the object store once per version) from ``engine.version`` on."""
     if kind == "local":
-        return LocalBackend(
-            engine, codec, spec.make_env, spec.make_parser(codec), spec.make_prompt_builder(), spec.episode, concurrency
-        )
+        return LocalBackend(engine, codec, spec.make_env, spec.make_parser(codec), spec.make_prompt_builder(),
+                            spec.episode, concurrency)
     if kind == "ray":
         from streamrl.rollout.ray_backend import RayBackend
 

@@ -87,9 +87,8 @@ class Rollout:
         if backend is None:  # the local backend over the given parts
             if engine is None or env_factory is None or parser is None or prompt_builder is None or codec is None:
                 raise TypeError("Rollout: pass a backend, or engine, env_factory, parser, prompt_builder and codec")
-            backend = LocalBackend(
-                engine, codec, env_factory, parser, prompt_builder, self.settings.episode, self.settings.concurrency
-            )
+            backend = LocalBackend(engine, codec, env_factory, parser, prompt_builder, self.settings.episode,
+                                   self.settings.concurrency)
         self.backend = backend
         self._log = EventLog(event_log)
         self._mode = make_mode(self.settings, self._expire_group)
@@ -236,14 +235,9 @@ class Rollout:
         """
         inflight = [f.record for f in self._inflight.values()] + self._reissue
         state = {
-            "format": STATE_FORMAT,
-            "mode": self.settings.mode,
-            "group_size": self.settings.group_size,
-            **self._n.to_dict(),
-            "group_seq": self._mode.seq,
-            "event_seq": self._log.next_seq,
-            "rng": rng_state(self._rng),
-            "buffer": self._buffer.state_dict(),
+            "format": STATE_FORMAT, "mode": self.settings.mode, "group_size": self.settings.group_size,
+            **self._n.to_dict(), "group_seq": self._mode.seq, "event_seq": self._log.next_seq,
+            "rng": rng_state(self._rng), "buffer": self._buffer.state_dict(),
             "inflight": [record.to_dict() for record in sorted(inflight, key=lambda r: r.seq)],
         }
         assert set(state) == set(STATE_KEYS)
@@ -288,9 +282,7 @@ class Rollout:
                     full = len(self._inflight) + settings.unit > settings.concurrency
                     self._blocked = "all slots busy" if full else "the staleness bound (max_staleness)"
                     return dispatched
-                candidates = [
-                    p for p in self.source.prompt_ids() if self._prompt_load[p] < settings.per_prompt_inflight
-                ]
+                candidates = [p for p in self.source.prompt_ids() if self._prompt_load[p] < settings.per_prompt_inflight]
                 if not candidates:
                     self._blocked = "every prompt is at its in-flight cap (per_prompt_inflight)"
                     return dispatched
@@ -338,12 +330,8 @@ class Rollout:
         if reissued:
             self._log.write("reissue", request_id=record.request_id)
         else:
-            self._log.write(
-                "dispatch",
-                **dispatch_fields(record),
-                learner_version=self._n.learner_version,
-                admitted=self._n.admitted,
-            )
+            self._log.write("dispatch", **dispatch_fields(record), learner_version=self._n.learner_version,
+                            admitted=self._n.admitted)
 
     # -- episodes ----------------------------------------------------------------------------
 

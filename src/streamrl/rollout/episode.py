@@ -64,9 +64,7 @@ class EpisodeSettings:
         if self.max_turns is not None and self.max_turns < 1:
             raise ValueError(f"EpisodeSettings.max_turns must be >= 1, got {self.max_turns}")
         if self.sampling.max_new_tokens < 1:
-            raise ValueError(
-                f"EpisodeSettings.sampling.max_new_tokens must be >= 1, got {self.sampling.max_new_tokens}"
-            )
+            raise ValueError(f"EpisodeSettings.sampling.max_new_tokens must be >= 1, got {self.sampling.max_new_tokens}")
         if self.max_context_tokens is not None and self.max_context_tokens <= self.sampling.max_new_tokens:
             raise ValueError(
                 f"EpisodeSettings.max_context_tokens ({self.max_context_tokens}) must exceed "
@@ -170,9 +168,7 @@ class EpisodeRunner:
     async def _play(self, env: AsyncEnv, trajectory: Trajectory) -> None:
         record = trajectory.dispatch
         reset = await self._env_call(env.reset(seed=record.env_seed, task_id=record.prompt_id), "reset")
-        if not (
-            isinstance(reset, tuple) and len(reset) == 2 and isinstance(reset[0], str) and isinstance(reset[1], dict)
-        ):
+        if not (isinstance(reset, tuple) and len(reset) == 2 and isinstance(reset[0], str) and isinstance(reset[1], dict)):
             raise _EpisodeEnded("env_error", f"env.reset returned {type(reset).__name__}, not (str, dict)")
         observation, info = reset
         trajectory.initial_observation = observation
@@ -300,9 +296,7 @@ class EpisodeRunner:
         try:
             return await bounded(call, self.settings.env_timeout_s)
         except CallTimedOut:
-            raise _EpisodeEnded(
-                "env_timeout", f"env.{what} did not return within {self.settings.env_timeout_s} s"
-            ) from None
+            raise _EpisodeEnded("env_timeout", f"env.{what} did not return within {self.settings.env_timeout_s} s") from None
         except Exception as error:
             raise _EpisodeEnded("env_error", f"env.{what} raised {type(error).__name__}: {error}") from None
 
@@ -331,8 +325,7 @@ def _malformed_step(step: Any) -> str | None:
     if not isinstance(step.observation, str) or not isinstance(step.info, dict):
         return "env.step returned a StepResult whose observation is not a str or whose info is not a dict"
     if step.messages is not None and not (
-        isinstance(step.messages, list)
-        and all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in step.messages)
+        isinstance(step.messages, list) and all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in step.messages)
     ):
         return "env.step returned messages that are not a list of message dicts with text content"
     if isinstance(step.reward, bool) or not isinstance(step.reward, (int, float)) or not math.isfinite(step.reward):

@@ -53,33 +53,19 @@ class EventLog:
 
 def dispatch_fields(record: DispatchRecord) -> dict[str, Any]:
     """What a ``dispatch`` event records of the request (the dispatcher adds its counters)."""
-    return {
-        "request_id": record.request_id,
-        "prompt_id": record.prompt_id,
-        "group_id": record.group_id,
-        "dispatch_seq": record.seq,
-        "policy_version": record.policy_version,
-        "z": record.z,
-        "baseline": record.baseline,
-    }
+    return {"request_id": record.request_id, "prompt_id": record.prompt_id, "group_id": record.group_id,
+            "dispatch_seq": record.seq, "policy_version": record.policy_version, "z": record.z,
+            "baseline": record.baseline}
 
 
 def result_fields(trajectory: Trajectory) -> dict[str, Any]:
     """What a ``result`` event records of an arrived trajectory."""
-    return {
-        "request_id": trajectory.request_id,
-        "prompt_id": trajectory.prompt_id,
-        "group_id": trajectory.group_id,
-        "end_reason": trajectory.end_reason,
-        "outcome": trajectory.outcome,
-        "turns": len(trajectory.turns),
-        "num_action_tokens": trajectory.num_action_tokens,
-        "dispatch_version": trajectory.dispatch.policy_version,
-        "turn_versions": trajectory.turn_versions,
-        "duration_s": trajectory.duration_s,
-        "injected_delay_s": trajectory.injected_delay_s,
-        "error": clipped(trajectory.error, ERROR_CHARS),
-    }
+    return {"request_id": trajectory.request_id, "prompt_id": trajectory.prompt_id, "group_id": trajectory.group_id,
+            "end_reason": trajectory.end_reason, "outcome": trajectory.outcome, "turns": len(trajectory.turns),
+            "num_action_tokens": trajectory.num_action_tokens, "dispatch_version": trajectory.dispatch.policy_version,
+            "turn_versions": trajectory.turn_versions, "duration_s": trajectory.duration_s,
+            "injected_delay_s": trajectory.injected_delay_s,
+            "error": clipped(trajectory.error, ERROR_CHARS)}
 
 
 #: the longest error text an event keeps (a traceback's last line is what matters)

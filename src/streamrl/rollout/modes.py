@@ -47,9 +47,8 @@ class StreamMode:
 class GroupMode:
     """Groups behind a barrier; ``on_expire(group)`` is called when a group's timer closes it partially."""
 
-    def __init__(
-        self, group_size: int, timeout_s: float | None, request_prefix: str, on_expire: Callable[[Group], None]
-    ):
+    def __init__(self, group_size: int, timeout_s: float | None, request_prefix: str,
+                 on_expire: Callable[[Group], None]):
         self.buffer = GroupBuffer(group_size)
         self.seq = 0
         self._size = group_size

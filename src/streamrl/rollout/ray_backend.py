@@ -57,21 +57,14 @@ class RolloutWorker:
         from streamrl.policy.loading import load_policy
 
         policy = load_policy(**spec.model)
-        self._engine = make_engine(
-            spec.engine,
-            policy,
-            version=-1,
-            seed=spec.seed,
-            threads=spec.engine_threads,
-            rollout_dtype=spec.rollout_dtype,
-        )
+        self._engine = make_engine(spec.engine, policy, version=-1, seed=spec.seed, threads=spec.engine_threads,
+                                   rollout_dtype=spec.rollout_dtype)
         self._lock = asyncio.Lock()
         #: an agent function's backend over this worker's engine, or None: the environment plays
         self._player = spec.player(self._engine, policy) if spec.player is not None else None
         if self._player is None:
-            self._runner = EpisodeRunner(
-                self._engine, policy, spec.make_parser(policy), spec.make_prompt_builder(), spec.episode
-            )
+            self._runner = EpisodeRunner(self._engine, policy, spec.make_parser(policy), spec.make_prompt_builder(),
+                                         spec.episode)
             self._envs = EnvPool(spec.make_env, slots, call_timeout_s=spec.episode.env_timeout_s)
 
     def pid(self) -> int:
@@ -172,9 +165,8 @@ class RayBackend:
                     f"rollout.workers={self._count} needs {needed:g} {name}s of the Ray cluster, which has {has:g}"
                 )
         self._ref = ray.put(self._weights())
-        actor = ray.remote(RolloutWorker).options(
-            num_cpus=self.spec.worker_cpus, num_gpus=self.spec.worker_gpus, max_restarts=-1, max_task_retries=0
-        )
+        actor = ray.remote(RolloutWorker).options(num_cpus=self.spec.worker_cpus, num_gpus=self.spec.worker_gpus,
+                                                  max_restarts=-1, max_task_retries=0)
         self._workers = [_Worker(f"worker-{i}", actor.remote(self.spec, self._slots)) for i in range(self._count)]
         try:  # construction errors surface here, once, rather than as lost episodes
             await asyncio.gather(*(w.handle.sync.remote(self._version, [self._ref]) for w in self._workers))
@@ -212,21 +204,10 @@ class RayBackend:
             avoid.add(worker.name)
             self._watch(worker)
             replay = attempt < self._max_replays
-            self._log(
-                "worker_lost",
-                worker=worker.name,
-                request_id=record.request_id,
-                attempt=attempt,
-                replayed=replay,
-                error=problem,
-            )
-        return Trajectory(
-            dispatch=record,
-            layout=self.spec.episode.layout,
-            end_reason="worker_lost",
-            error=problem,
-            finished_at=time.time(),
-        ), worker.name
+            self._log("worker_lost", worker=worker.name, request_id=record.request_id, attempt=attempt,
+                      replayed=replay, error=problem)
+        return Trajectory(dispatch=record, layout=self.spec.episode.layout, end_reason="worker_lost",
+                          error=problem, finished_at=time.time()), worker.name
 
     def _pick(self, avoid: set[str]) -> _Worker:
         """The least-loaded worker that is up and has not failed this episode (``avoid``), else
@@ -289,3 +270,4 @@ def _episode_bound(spec: WorkerSpec) -> float | None:
     if env is None or generate is None or turns is None:
         return None
     return env + turns * (generate + env) + 60.0
+

@@ -32,3 +32,4 @@ def takes_tools_option(factory: Any) -> bool:
         return "tools" in inspect.signature(factory).parameters
     except (TypeError, ValueError):
         return False
+

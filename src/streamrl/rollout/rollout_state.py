@@ -10,21 +10,8 @@ from typing import Any
 
 STATE_FORMAT = 1
 STATE_KEYS = (
-    "format",
-    "mode",
-    "group_size",
-    "dispatch_seq",
-    "group_seq",
-    "admitted",
-    "start_version",
-    "learner_version",
-    "batches_delivered",
-    "event_seq",
-    "end_reasons",
-    "finished_ids",
-    "rng",
-    "inflight",
-    "buffer",
+    "format", "mode", "group_size", "dispatch_seq", "group_seq", "admitted", "start_version", "learner_version",
+    "batches_delivered", "event_seq", "end_reasons", "finished_ids", "rng", "inflight", "buffer",
 )
 
 
@@ -43,24 +30,17 @@ class Counters:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "dispatch_seq": self.dispatch_seq,
-            "admitted": self.admitted,
-            "start_version": self.start_version,
-            "learner_version": self.learner_version,
-            "batches_delivered": self.batches,
-            "end_reasons": dict(self.end_reasons),
-            "finished_ids": sorted(self.finished_ids),
+            "dispatch_seq": self.dispatch_seq, "admitted": self.admitted, "start_version": self.start_version,
+            "learner_version": self.learner_version, "batches_delivered": self.batches,
+            "end_reasons": dict(self.end_reasons), "finished_ids": sorted(self.finished_ids),
         }
 
     @classmethod
     def from_dict(cls, state: dict[str, Any]) -> Counters:
         return cls(
-            start_version=int(state["start_version"]),
-            learner_version=int(state["learner_version"]),
-            dispatch_seq=int(state["dispatch_seq"]),
-            admitted=int(state["admitted"]),
-            batches=int(state["batches_delivered"]),
-            end_reasons=Counter(state["end_reasons"]),
+            start_version=int(state["start_version"]), learner_version=int(state["learner_version"]),
+            dispatch_seq=int(state["dispatch_seq"]), admitted=int(state["admitted"]),
+            batches=int(state["batches_delivered"]), end_reasons=Counter(state["end_reasons"]),
             finished_ids=set(state["finished_ids"]),
         )
 
@@ -74,9 +54,7 @@ def check_state(state: dict[str, Any], settings: Any) -> None:
         raise ValueError(f"rollout state lacks {', '.join(missing)}")
     for key in ("mode", "group_size"):
         if state[key] != getattr(settings, key):
-            raise ValueError(
-                f"rollout state was saved with {key}={state[key]!r}, settings have {getattr(settings, key)!r}"
-            )
+            raise ValueError(f"rollout state was saved with {key}={state[key]!r}, settings have {getattr(settings, key)!r}")
 
 
 def rng_state(rng: random.Random) -> list[Any]:

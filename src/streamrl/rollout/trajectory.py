@@ -82,7 +82,9 @@ class Turn:
 
     def __post_init__(self) -> None:
         if len(self.action_ids) != len(self.logprobs):
-            raise ValueError(f"Turn: {len(self.action_ids)} action ids but {len(self.logprobs)} logprobs")
+            raise ValueError(
+                f"Turn: {len(self.action_ids)} action ids but {len(self.logprobs)} logprobs"
+            )
 
 
 @dataclass(frozen=True)
@@ -213,7 +215,8 @@ class Trajectory:
         }
         data["dispatch"] = self.dispatch.to_dict()
         data["turns"] = [
-            {f.name: to_jsonable(getattr(turn, f.name)) for f in dataclasses.fields(turn)} for turn in self.turns
+            {f.name: to_jsonable(getattr(turn, f.name)) for f in dataclasses.fields(turn)}
+            for turn in self.turns
         ]
         return data
 

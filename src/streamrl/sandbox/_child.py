@@ -206,12 +206,7 @@ def _pid1(config: dict[str, Any], source: str | None, status_fd: int) -> None:
     settings = config["confine"]
     unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
     build_root(
-        settings["root"],
-        settings["binds"],
-        settings["disk_bytes"],
-        settings["inodes"],
-        settings["uid"],
-        settings["gid"],
+        settings["root"], settings["binds"], settings["disk_bytes"], settings["inodes"], settings["uid"], settings["gid"]
     )
     try:
         import socket

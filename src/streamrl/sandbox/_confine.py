@@ -92,13 +92,7 @@ def build_root(root: str, binds: list[list[str]], disk_bytes: int, inodes: int, 
     # the one writable filesystem, size- and inode-capped, holding the work dir, /tmp and /dev/shm
     quota = os.path.join(root, ".quota")
     os.mkdir(quota, 0o700)
-    mount(
-        "sandbox-work",
-        quota,
-        "tmpfs",
-        MS_NOSUID | MS_NODEV,
-        f"size={int(disk_bytes)},nr_inodes={int(inodes)},mode=0755",
-    )
+    mount("sandbox-work", quota, "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(disk_bytes)},nr_inodes={int(inodes)},mode=0755")
     for name in ("work", "tmp", "shm"):
         os.mkdir(os.path.join(quota, name), 0o700)
         os.chown(os.path.join(quota, name), uid, gid)
@@ -114,12 +108,7 @@ def build_root(root: str, binds: list[list[str]], disk_bytes: int, inodes: int, 
             _placeholder(f"/dev/{name}", f"{dev}/{name}")
             mount(f"/dev/{name}", f"{dev}/{name}", None, MS_BIND)
             mount(None, f"{dev}/{name}", None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NOEXEC)
-    for name, target in (
-        ("fd", "/proc/self/fd"),
-        ("stdin", "/proc/self/fd/0"),
-        ("stdout", "/proc/self/fd/1"),
-        ("stderr", "/proc/self/fd/2"),
-    ):
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
         os.symlink(target, f"{dev}/{name}")
     os.mkdir(f"{dev}/shm", 0o755)
     mount(os.path.join(quota, "shm"), f"{dev}/shm", None, MS_BIND)

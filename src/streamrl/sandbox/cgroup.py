@@ -78,7 +78,7 @@ def _join_script(count: int) -> str:
     """``sh -c`` text that writes its pid into ``count`` ``cgroup.procs`` files, then execs."""
     writes = " && ".join(f'echo $$ > "${index}"' for index in range(count))
     shift = f" && shift {count - 1}" if count > 1 else ""
-    return f'{writes}{shift} && exec "$@"'
+    return f"{writes}{shift} && exec \"$@\""
 
 
 def _try_parent(parent: Path, files: dict[str, str]) -> bool:

@@ -185,11 +185,7 @@ def _candidates() -> list[Isolation]:
     if unshare:
         found.append(
             Isolation(
-                "process+netns",
-                _unshare_net(unshare),
-                network_namespace=True,
-                pid_namespace=False,
-                private_filesystem=False,
+                "process+netns", _unshare_net(unshare), network_namespace=True, pid_namespace=False, private_filesystem=False
             )
         )
         found.append(

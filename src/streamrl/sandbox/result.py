@@ -81,11 +81,7 @@ def classify(
     limit = f" of {memory_mb} MiB" if memory_mb else ""
     if killed_for == "timeout" and (memory_killed or (child or {}).get("memory")):
         # a process of the run died for memory and the rest waited on it: memory is the cause
-        return (
-            "memory",
-            f"MemoryError: a process of the run hit the sandbox's memory limit{limit}, then the run timed out",
-            returncode,
-        )
+        return "memory", f"MemoryError: a process of the run hit the sandbox's memory limit{limit}, then the run timed out", returncode
     if killed_for == "timeout":
         return "timeout", f"TimeoutError: execution exceeded the {timeout_s:g} s time limit", returncode
     if killed_for == "output_limit":

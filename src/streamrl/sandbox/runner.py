@@ -252,6 +252,4 @@ def _synchronous(coroutine_function: Callable[P, Coroutine[Any, Any, R]]) -> Cal
 
 
 run_python = _synchronous(arun_python)
-run_python.__doc__ = (
-    "Synchronous ``arun_python`` (same parameters); safe to call from a thread or inside a running loop."
-)
+run_python.__doc__ = "Synchronous ``arun_python`` (same parameters); safe to call from a thread or inside a running loop."

@@ -27,21 +27,16 @@ def agent_player(config: Config, split: str = "train", temperature: float | None
 
     assert config.agent.function is not None
     rollout = config.rollout
-    settings = AgentSettings(
-        timeout_s=config.agent.timeout_s,
-        temperature=rollout.temperature if temperature is None else temperature,
-        top_p=rollout.top_p,
-        max_new_tokens=rollout.max_new_tokens,
-    )
+    settings = AgentSettings(timeout_s=config.agent.timeout_s,
+                             temperature=rollout.temperature if temperature is None else temperature,
+                             top_p=rollout.top_p, max_new_tokens=rollout.max_new_tokens)
     tasks = agent_tasks(config)
-    return AgentPlayer(
-        config.agent.function, tasks[split] if split in tasks else tasks["train"], settings, config.model.tool_format
-    )
+    return AgentPlayer(config.agent.function, tasks[split] if split in tasks else tasks["train"], settings,
+                       config.model.tool_format)
 
 
-def agent_backend(
-    config: Config, engine: InferenceEngine, policy: Policy, split: str = "train", temperature: float | None = None
-) -> Any:
+def agent_backend(config: Config, engine: InferenceEngine, policy: Policy, split: str = "train",
+                  temperature: float | None = None) -> Any:
     """An ``AgentBackend`` over the trainer's engine (see ``agent_player``)."""
     return agent_player(config, split, temperature)(engine, policy)
 
@@ -54,22 +49,11 @@ def external_backend(config: Config, engine: InferenceEngine, policy: Policy) ->
     from streamrl.agents.runner import ExternalAgentBackend
 
     rollout = config.rollout
-    settings = AgentSettings(
-        timeout_s=config.agent.timeout_s,
-        temperature=rollout.temperature,
-        top_p=rollout.top_p,
-        max_new_tokens=rollout.max_new_tokens,
-    )
-    return ExternalAgentBackend(
-        engine,
-        policy,
-        resolve_tool_format(policy, config.model.tool_format)[0],
-        agent_tasks(config)["train"],
-        settings,
-        config.agent.host,
-        config.agent.port,
-        os.environ.get("STREAMRL_ENDPOINT_TOKEN") or None,
-    )
+    settings = AgentSettings(timeout_s=config.agent.timeout_s, temperature=rollout.temperature, top_p=rollout.top_p,
+                             max_new_tokens=rollout.max_new_tokens)
+    return ExternalAgentBackend(engine, policy, resolve_tool_format(policy, config.model.tool_format)[0],
+                                agent_tasks(config)["train"], settings, config.agent.host, config.agent.port,
+                                os.environ.get("STREAMRL_ENDPOINT_TOKEN") or None)
 
 
 def eval_split(config: Config) -> str:
@@ -77,19 +61,11 @@ def eval_split(config: Config) -> str:
     return "test" if "test" in agent_tasks(config) else "train"
 
 
-async def play_agent(
-    config: Config,
-    engine: InferenceEngine,
-    policy: Policy,
-    task_ids: list[str],
-    request_prefix: str,
-    split: str = "train",
-    temperature: float | None = None,
-) -> list[Any]:
+async def play_agent(config: Config, engine: InferenceEngine, policy: Policy, task_ids: list[str], request_prefix: str,
+                     split: str = "train", temperature: float | None = None) -> list[Any]:
     backend = agent_backend(config, engine, policy, split, temperature)
     try:
-        return await backend.play_all(
-            task_ids, concurrency=config.eval.concurrency or config.rollout.concurrency, request_prefix=request_prefix
-        )
+        return await backend.play_all(task_ids, concurrency=config.eval.concurrency or config.rollout.concurrency,
+                                      request_prefix=request_prefix)
     finally:
         await backend.close()

@@ -21,7 +21,6 @@ class PolicyLossConfig(Section):
         # each algorithm's section declares the field ``name: Literal[<its table key>]`` (the base has none)
         @property
         def name(self) -> str: ...
-
     clip_low: Float = Field(0.2, ge=0.0, lt=1.0)
     clip_high: Float = Field(0.28, ge=0.0)
     #: dual-clip constant c (> 1) for negative advantages; null disables it

@@ -22,23 +22,16 @@ def worker_spec(config: Config, episode: EpisodeSettings, engine_threads: int | 
     model, env = config.model, config.env
     return WorkerSpec(
         model={**policy_source(config), "dtype": model.dtype, "device": model.device, "threads": engine_threads},
-        env=env.name,
-        env_options=env.options,
-        parser_options=env.parser,
-        prompt_options=env.prompt,
-        episode=episode,
-        tool_format=model.tool_format,
-        engine=model.engine,
-        rollout_dtype=model.rollout_dtype,
+        env=env.name, env_options=env.options, parser_options=env.parser, prompt_options=env.prompt,
+        episode=episode, tool_format=model.tool_format, engine=model.engine, rollout_dtype=model.rollout_dtype,
         engine_threads=engine_threads,
         seed=config.train.seed,
         worker_gpus=1.0 if model.device.startswith("cuda") else 0.0,
     )
 
 
-def rollout_backend(
-    config: Config, episode: EpisodeSettings, engine: InferenceEngine, policy: Policy, engine_threads: int | None
-) -> EpisodeBackend:
+def rollout_backend(config: Config, episode: EpisodeSettings, engine: InferenceEngine, policy: Policy,
+                    engine_threads: int | None) -> EpisodeBackend:
     if config.agent.external:  # agents elsewhere claim the tasks (streamrl serve --train)
         return external_backend(config, engine, policy)
     spec = worker_spec(config, episode, engine_threads)
@@ -48,11 +41,6 @@ def rollout_backend(
         # in each Ray worker, against the worker's own endpoint; an episode is bounded by the agent's timeout
         spec = dataclasses.replace(spec, player=agent_player(config), episode_timeout_s=config.agent.timeout_s + 60.0)
     return make_backend(
-        config.rollout.backend,
-        spec,
-        concurrency=config.rollout.concurrency,
-        engine=engine,
-        codec=policy,
-        weights=policy.state_dict_for_engine,
-        workers=config.rollout.workers,
+        config.rollout.backend, spec, concurrency=config.rollout.concurrency,
+        engine=engine, codec=policy, weights=policy.state_dict_for_engine, workers=config.rollout.workers,
     )

@@ -218,19 +218,7 @@ def collate(
         last=torch.tensor(last, dtype=torch.bool),
         offsets=torch.tensor(offsets, dtype=torch.long),
     )
-    return Batch(
-        input_ids,
-        attention,
-        action,
-        rollout_logp,
-        token_turn,
-        pre,
-        post,
-        sample_traj,
-        bootstrap,
-        turns,
-        list(trajectories),
-    )
+    return Batch(input_ids, attention, action, rollout_logp, token_turn, pre, post, sample_traj, bootstrap, turns, list(trajectories))
 
 
 def micro_batches(batch: Batch, rows: list[int], micro_batch_size: int) -> list[list[int]]:

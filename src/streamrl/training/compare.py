@@ -42,18 +42,8 @@ from streamrl.training.preflight import preflight
 
 #: run means of these training metrics appear per arm (the last two show a policy drifting off format
 #: and the net push of the advantages, sum L_i A_i / sum L_i, which N_tok makes exactly 0)
-DIAGNOSTICS = (
-    "ppo_kl",
-    "clip_frac",
-    "behaviour_kl",
-    "grad_norm",
-    "entropy",
-    "format_invalid_frac",
-    "token_weighted_adv_mean",
-    "baseline_bias",
-    "lag_mean",
-    "stale_frac",
-)
+DIAGNOSTICS = ("ppo_kl", "clip_frac", "behaviour_kl", "grad_norm", "entropy", "format_invalid_frac", "token_weighted_adv_mean",
+               "baseline_bias", "lag_mean", "stale_frac")
 
 
 class Arm(BaseModel):
@@ -135,15 +125,7 @@ def plan_runs(spec: CompareConfig, out: Path) -> tuple[list[WarmStart], list[tup
         init: list[str] = []
         if spec.shared_warm_start:
             folder = out / "warm_start" / f"seed_{seed}"
-            evaluation = [
-                "eval",
-                *configs,
-                "--model",
-                str(folder / "sft_model"),
-                "--json",
-                str(folder / "eval.json"),
-                *seed_args,
-            ]
+            evaluation = ["eval", *configs, "--model", str(folder / "sft_model"), "--json", str(folder / "eval.json"), *seed_args]
             warm.append((seed, ["sft", *configs, "--out", str(folder), *seed_args], evaluation, folder))
             init = [f"model.init_from={folder / 'sft_model'}", "sft.demos=0"]
         for name, arm in spec.arms.items():
@@ -238,27 +220,16 @@ def write_comparison_report(spec: CompareConfig, out: Path, runs: list[tuple[str
     for a, b in spec.pairs:
         seeds = [s for s in spec.seeds if s in stats[a] and s in stats[b]]
         pair: dict[str, Any] = {"a": a, "b": b, "n": len(seeds)}
-        for key, field, scale in (
-            ("auc", "auc_points", 100),
-            ("final", "final_points", 100),
-            ("eval_after", "held_out_points", 100),
-            ("score_after", "score_points", 100),
-            ("baseline_bias", "baseline_bias_points", 100),
-        ):
+        for key, field, scale in (("auc", "auc_points", 100), ("final", "final_points", 100),
+                                  ("eval_after", "held_out_points", 100), ("score_after", "score_points", 100),
+                                  ("baseline_bias", "baseline_bias_points", 100)):
             values = [(stats[a][s].get(key), stats[b][s].get(key)) for s in seeds]
             known = [(x, y) for x, y in values if x is not None and y is not None]
             if values and len(known) == len(values):  # held-out needs both evaluated
                 pair[field] = paired_difference([scale * x for x, _ in known], [scale * y for _, y in known])._asdict()
         pairs.append(pair)
 
-    report = {
-        "name": spec.name,
-        "seeds": spec.seeds,
-        "arms": arms,
-        "pairs": pairs,
-        "runs": stats,
-        "config": spec.model_dump(),
-    }
+    report = {"name": spec.name, "seeds": spec.seeds, "arms": arms, "pairs": pairs, "runs": stats, "config": spec.model_dump()}
     (out / "report.json").write_text(json.dumps(report, indent=2))
     _plot(spec, stats, out / "curves.png")
     (out / "report.md").write_text(_markdown(spec, arms, pairs))
@@ -283,8 +254,7 @@ def _difference(d: dict[str, float] | None) -> str:
 def _graded(arms: dict[str, dict]) -> bool:
     """Whether the environment's score says more than its success (a graded reward, WebShop's)."""
     return any(
-        row.get("score_after_mean") is not None
-        and row["eval_after_mean"] is not None
+        row.get("score_after_mean") is not None and row["eval_after_mean"] is not None
         and abs(row["score_after_mean"] - row["eval_after_mean"]) > 1e-6
         for row in arms.values()
     )
@@ -313,32 +283,21 @@ def _markdown(spec: CompareConfig, arms: dict[str, dict], pairs: list[dict]) -> 
         )
     if pairs:
         keys = ["auc_points", "final_points", "held_out_points"] + (["score_points"] if graded else [])
-        lines += [
-            "",
-            "Paired differences (a − b, per seed), points:",
-            "",
-            "| a − b | n | AUC mean ± sd [95% CI] | final mean ± sd [95% CI] | held-out after mean ± sd [95% CI] |"
-            + (" held-out score after [95% CI] |" if graded else ""),
-            "|---|---|---|---|---|" + score_rule,
-        ]
+        lines += ["", "Paired differences (a − b, per seed), points:", "",
+                  "| a − b | n | AUC mean ± sd [95% CI] | final mean ± sd [95% CI] | held-out after mean ± sd [95% CI] |"
+                  + (" held-out score after [95% CI] |" if graded else ""),
+                  "|---|---|---|---|---|" + score_rule]
         for p in pairs:
             cells = [_difference(p.get(key)) for key in keys]
             lines.append(f"| {p['a']} − {p['b']} | {p['n']} | " + " | ".join(cells) + " |")
     if any(row.get("baseline_bias") is not None for row in arms.values()):
-        lines += [
-            "",
-            "Baselines (single-stream arms): bias = mean(baseline − R) over trained episodes, in points "
-            "(each baseline was fixed before its own result, so this estimates the bias against the "
-            "serving snapshot's success rate); lag = learner versions between dispatch and training.",
-            "",
-            "| arm | baseline bias | lag | stale (excluded) |",
-            "|---|---|---|---|",
-        ]
+        lines += ["", "Baselines (single-stream arms): bias = mean(baseline − R) over trained episodes, in points "
+                  "(each baseline was fixed before its own result, so this estimates the bias against the "
+                  "serving snapshot's success rate); lag = learner versions between dispatch and training.", "",
+                  "| arm | baseline bias | lag | stale (excluded) |", "|---|---|---|---|"]
         for name, row in arms.items():
-            lines.append(
-                f"| {name} | {_fmt(row['baseline_bias'], 100, 2)} | {_fmt(row['lag_mean'], 1, 2)} | "
-                f"{_fmt(row['stale_frac'], 1, 3)} |"
-            )
+            lines.append(f"| {name} | {_fmt(row['baseline_bias'], 100, 2)} | {_fmt(row['lag_mean'], 1, 2)} | "
+                         f"{_fmt(row['stale_frac'], 1, 3)} |")
         biased = [p for p in pairs if p.get("baseline_bias_points")]
         if biased:
             lines += ["", "| a − b | baseline bias, points [95% CI] |", "|---|---|"]

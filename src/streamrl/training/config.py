@@ -98,9 +98,7 @@ class ModelConfig(Section):
     @field_validator("rollout_dtype")
     @classmethod
     def _int8_on_the_hf_engine_on_cpu(cls, value: str, info: ValidationInfo) -> str:
-        if value == "int8" and (
-            info.data.get("engine") != "hf" or not str(info.data.get("device", "cpu")).startswith("cpu")
-        ):
+        if value == "int8" and (info.data.get("engine") != "hf" or not str(info.data.get("device", "cpu")).startswith("cpu")):
             raise ValueError("int8 rollouts run on the hf engine on a CPU (torch's fbgemm int8 kernels)")
         return value
 
@@ -317,14 +315,10 @@ class Config(Section):
     def _agent_has_tasks(self) -> Config:
         agent = self.agent
         if agent.function is not None and agent.external:
-            raise ValueError(
-                "agent.function and agent.external exclude each other (one trains an agent function, "
-                "the other agents that claim tasks from the endpoint)"
-            )
+            raise ValueError("agent.function and agent.external exclude each other (one trains an agent function, "
+                             "the other agents that claim tasks from the endpoint)")
         if (agent.function is not None or agent.external) != (agent.tasks is not None):
-            raise ValueError(
-                "agent.tasks (--tasks) goes with agent.function (--agent) or agent.external (serve --train)"
-            )
+            raise ValueError("agent.tasks (--tasks) goes with agent.function (--agent) or agent.external (serve --train)")
         return self
 
     @model_validator(mode="after")

@@ -142,9 +142,7 @@ def switch_environment(
             note(f"env.name={name}: no SFT warm start ({name} has no {demonstrator}() for sft.source)")
 
 
-def switch_model(
-    tree: dict[str, Any], spec: str, overridden: set[tuple[str, ...]], note: Callable[[str], None]
-) -> None:
+def switch_model(tree: dict[str, Any], spec: str, overridden: set[tuple[str, ...]], note: Callable[[str], None]) -> None:
     """An override that names another model than the config files' replaces their whole model
     choice: the warm start they load (``model.init_from``, which would win over ``model.spec``) and the
     architecture ``overrides`` made for their model are dropped, unless the overrides set them too.
@@ -153,9 +151,7 @@ def switch_model(
     if model.get("spec", ModelConfig().spec) == spec:
         return
     if model.get("init_from") and ("model", "init_from") not in overridden:
-        note(
-            f"model.spec={spec}: not starting from {model['init_from']} (the config's warm start for {model.get('spec', ModelConfig().spec)})"
-        )
+        note(f"model.spec={spec}: not starting from {model['init_from']} (the config's warm start for {model.get('spec', ModelConfig().spec)})")
         model["init_from"] = None
     if model.get("overrides") and ("model", "overrides") not in overridden:
         note(f"model.spec={spec}: the config's architecture overrides {model['overrides']} are not applied to it")

@@ -19,9 +19,9 @@ import torch
 from streamrl.algos import value_loss
 from streamrl.policy.modeling import decoder_and_head, enable_gradient_checkpointing, position_ids_from_mask
 from streamrl.training.batch import Batch, position_chunks
+from streamrl.training.data_parallel import Ranks
 from streamrl.training.errors import NonFiniteError
 from streamrl.training.optim import adamw, load_optimizer_state
-from streamrl.training.ranks import Ranks
 
 if TYPE_CHECKING:
     from streamrl.policy.policy import Policy
@@ -54,10 +54,8 @@ class Critic(torch.nn.Module):
         """``[B, T]`` ids and mask; returns ``[K]`` values at ``(rows[k], cols[k])``."""
         with self.autocast():
             hidden = self.decoder(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids_from_mask(attention_mask),
-                use_cache=False,
+                input_ids=input_ids, attention_mask=attention_mask,
+                position_ids=position_ids_from_mask(attention_mask), use_cache=False,
             ).last_hidden_state
             return self.head(hidden[rows, cols]).squeeze(-1).float()
 
@@ -107,35 +105,20 @@ class CriticUpdater:
         losses, norms = [], []
         for _ in range(self.epochs):
             total = 0.0
-            for (tensors, pick, rows, cols), live in ranks.share(
-                list(position_chunks(batch, batch.pre_action, self.micro_batch_size))
-            ):
+            for (tensors, pick, rows, cols), live in ranks.share(list(position_chunks(batch, batch.pre_action, self.micro_batch_size))):
                 values = self.model(tensors["input_ids"], tensors["attention_mask"], rows, cols)
                 loss = value_loss(
-                    values,
-                    targets.v_old[pick],
-                    targets.returns[pick],
-                    torch.ones_like(values, dtype=torch.bool),
-                    clip=self.value_clip,
-                    global_count=count,
+                    values, targets.v_old[pick], targets.returns[pick], torch.ones_like(values, dtype=torch.bool),
+                    clip=self.value_clip, global_count=count,
                 )
                 bad = ranks.all_finite({"critic loss": float(loss.detach())} if live else {})
                 if bad:
-                    raise NonFiniteError(
-                        f"step {step}: non-finite {', '.join(bad)}; training stopped before the update"
-                    )
+                    raise NonFiniteError(f"step {step}: non-finite {', '.join(bad)}; training stopped before the update")
                 (loss * ranks.loss_weight(live)).backward()
                 total += float(loss.detach()) if live else 0.0
-            norms.append(
-                ranks.clip_and_step(
-                    list(self.model.parameters()),
-                    self.optimizer,
-                    self.grad_clip,
-                    step=step,
-                    model=self.model,
-                    what="critic ",
-                )
-            )
+            norms.append(ranks.clip_and_step(
+                list(self.model.parameters()), self.optimizer, self.grad_clip, step=step, model=self.model, what="critic ",
+            ))
             losses.append(ranks.sum({"critic_loss": total})["critic_loss"])
         self.model.eval()
         return {"critic_loss": sum(losses) / len(losses), "critic_grad_norm": sum(norms) / len(norms)}
@@ -152,10 +135,8 @@ class CriticUpdater:
         )
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        return {
-            "critic": get_model_state_dict(self.model, options=options),
-            "critic_optimizer": get_optimizer_state_dict(self.model, self.optimizer, options=options),
-        }
+        return {"critic": get_model_state_dict(self.model, options=options),
+                "critic_optimizer": get_optimizer_state_dict(self.model, self.optimizer, options=options)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["critic"])

@@ -25,12 +25,16 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import os
 import queue
 import signal
+import socket
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch.distributed.checkpoint.state_dict import (
@@ -40,14 +44,103 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from streamrl.training.errors import TrainingError
-from streamrl.training.optim import adamw
-from streamrl.training.ranks import Ranks, free_port, join_group
+from streamrl.training.optim import adamw, check_finite_parameters, check_finite_value, clip_and_step
 
 if TYPE_CHECKING:
     from streamrl.policy.policy import Policy
     from streamrl.training.config import Config
     from streamrl.training.critic import CriticUpdater
     from streamrl.training.learner import Learner
+
+T = TypeVar("T")
+
+#: how long a collective waits for a peer that neither answers nor dies
+COLLECTIVE_TIMEOUT = timedelta(minutes=30)
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place among the learner processes; every collective the learner needs.
+    The default (one process) makes each of them the identity."""
+
+    rank: int = 0
+    world: int = 1
+
+    def share(self, items: list[T]) -> list[tuple[T, bool]]:
+        """This rank's items, round robin, each with ``live``. Every rank gets the same number
+        (FSDP's collectives pair the ranks' passes one to one): a rank short of items repeats the
+        first with ``live=False``, a pass whose loss counts 0."""
+        if self.world == 1:
+            return [(item, True) for item in items]
+        passes = -(-len(items) // self.world)
+        picks = (self.rank + k * self.world for k in range(passes))
+        return [(items[i], True) if i < len(items) else (items[0], False) for i in picks]
+
+    def loss_weight(self, live: bool) -> float:
+        """What a pass's loss is multiplied by before ``backward``: FSDP averages the ranks'
+        gradients, and the losses are shares of one global sum."""
+        return float(self.world) if live else 0.0
+
+    def sum(self, values: dict[str, float]) -> dict[str, float]:
+        """Key-wise sums over the ranks (a key may be missing on a rank with no live pass)."""
+        if self.world == 1:
+            return values
+        gathered: list[Any] = [None] * self.world
+        torch.distributed.all_gather_object(gathered, values)
+        total: dict[str, float] = {}
+        for part in gathered:
+            for key, value in part.items():
+                total[key] = total.get(key, 0.0) + value
+        return total
+
+    def max(self, value: float) -> float:
+        if self.world == 1:
+            return value
+        tensor = torch.tensor([value], dtype=torch.float64)
+        torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
+        return float(tensor)
+
+    def all_finite(self, share: dict[str, float]) -> list[str]:
+        """The names of the non-finite loss terms of this pass, or ``["on another learner
+        process"]`` when only another rank's are (every rank then stops at the same pass)."""
+        bad = [f"{key}={value}" for key, value in share.items() if not math.isfinite(value)]
+        if self.world == 1:
+            return bad
+        flag = torch.tensor([1.0 if bad else 0.0])
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return bad or (["on another learner process"] if float(flag) else [])
+
+    def clip_and_step(self, parameters: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer, grad_clip: float,
+                      *, step: int, model: Any, what: str = "") -> float:
+        """``optim.clip_and_step`` over sharded and replicated parameters: the replicated ones'
+        gradients averaged over the ranks first, the norm taken over the whole gradient."""
+        from torch.distributed.tensor import DTensor
+
+        if not any(isinstance(p, DTensor) for p in parameters):  # nothing sharded (one plain process)
+            return clip_and_step(parameters, optimizer, grad_clip, step=step, model=model, what=what)
+
+        grads = [p.grad for p in parameters if p.grad is not None]
+        sharded = torch.zeros((), dtype=torch.float64)
+        replicated = torch.zeros((), dtype=torch.float64)
+        for grad in grads:
+            if isinstance(grad, DTensor):
+                sharded += grad.to_local().double().pow(2).sum()
+            else:
+                torch.distributed.all_reduce(grad)
+                grad.div_(self.world)
+                replicated += grad.double().pow(2).sum()
+        torch.distributed.all_reduce(sharded)
+        norm = float((sharded + replicated).sqrt())
+        check_finite_value(step, f"{what}gradient norm", norm)
+        coefficient = grad_clip / (norm + 1e-6)  # torch's clip_grad_norm_ rule
+        if coefficient < 1.0:
+            for grad in grads:
+                grad.mul_(coefficient)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        check_finite_parameters(step, model, f"{what}parameter")
+        return norm
+
 
 # -- sharding -------------------------------------------------------------------------------------
 
@@ -87,13 +180,8 @@ def shard_critic(critic: CriticUpdater, ranks: Ranks, device: str) -> None:
         state = get_optimizer_state_dict(critic.model, old, options=StateDictOptions(full_state_dict=True))
     shard_blocks(critic.model.decoder, ranks.world, device)
     group = old.param_groups[0]
-    critic.optimizer = adamw(
-        critic.model.parameters(),
-        lr=group["lr"],
-        betas=group["betas"],
-        weight_decay=group["weight_decay"],
-        eps=group["eps"],
-    )
+    critic.optimizer = adamw(critic.model.parameters(), lr=group["lr"], betas=group["betas"],
+                             weight_decay=group["weight_decay"], eps=group["eps"])
     load_sharded_optimizer(critic.model, critic.optimizer, state if old.state else None)
     critic.ranks = ranks
 
@@ -123,9 +211,8 @@ def broadcast_weights(model: Any) -> None:
 def checkpoint_tensors(learner: Learner) -> dict[str, Any]:
     """What a checkpoint saves beside the policy's weights, gathered from the shards: the optimiser's
     state keyed by parameter name, PPO's critic (a collective; rank 0's copy is complete)."""
-    optimizer = get_optimizer_state_dict(
-        learner.model, learner.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-    )
+    optimizer = get_optimizer_state_dict(learner.model, learner.optimizer,
+                                         options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     return {"optimizer": optimizer, **(learner.critic.state_dict() if learner.critic else {})}
 
 
@@ -133,20 +220,33 @@ def load_sharded_optimizer(model: Any, optimizer: torch.optim.Optimizer, state: 
     """Rank 0's full optimiser state (by name; ``{}`` on the other ranks; None: there is none yet)
     into every rank's shards (a collective). The step becomes AdamW's single-tensor one: the fused
     kernel cannot mix sharded and replicated parameters (loading a state runs a step too)."""
-
     def single_tensor() -> None:
         for group in optimizer.param_groups:
             group.update(fused=False, foreach=False)
 
     single_tensor()
     if state is not None:
-        set_optimizer_state_dict(
-            model, optimizer, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-        )
+        set_optimizer_state_dict(model, optimizer, state,
+                                 options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
         single_tensor()  # the loaded groups bring the saved implementation back
 
 
 # -- processes -------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def join_group(rank: int, world: int, port: int, device: str = "cpu") -> None:
+    """Join the learner processes' group (``port`` on this machine): gloo, or NCCL for CUDA."""
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    torch.distributed.init_process_group(backend, rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
+                                         timeout=COLLECTIVE_TIMEOUT)
 
 
 class LearnerProcessDied(TrainingError):
@@ -157,16 +257,8 @@ class DataParallelLearner:
     """Rank 0's learner: ``step``, ``state_dict`` and ``tensor_state`` like ``Learner``'s, with the
     work spread over ``processes`` processes. ``close()`` stops the others."""
 
-    def __init__(
-        self,
-        learner: Learner,
-        config: Config,
-        state: Any,
-        reward_range: tuple[float, float],
-        processes: int,
-        threads: int,
-        out_dir: str,
-    ):
+    def __init__(self, learner: Learner, config: Config, state: Any, reward_range: tuple[float, float],
+                 processes: int, threads: int, out_dir: str):
         import torch.multiprocessing as mp
 
         self.out_dir = out_dir
@@ -175,12 +267,8 @@ class DataParallelLearner:
         context = mp.get_context("spawn")
         self.commands = [context.Queue() for _ in range(1, processes)]
         self.helpers = [
-            context.Process(
-                target=_helper_main,
-                name=f"streamrl-learner-{rank}",
-                daemon=True,
-                args=(rank, processes, port, config, state, reward_range, threads, self.commands[rank - 1], out_dir),
-            )
+            context.Process(target=_helper_main, name=f"streamrl-learner-{rank}", daemon=True,
+                            args=(rank, processes, port, config, state, reward_range, threads, self.commands[rank - 1], out_dir))
             for rank in range(1, processes)
         ]
         for helper in self.helpers:
@@ -188,21 +276,11 @@ class DataParallelLearner:
         join_group(0, processes, port, device)
         self.canonical = learner.policy
         optimizer = _named_optimizer_state(learner)
-        self._send(
-            (
-                "start",
-                {
-                    "learner": learner.state_dict(),
-                    "optimizer": bool(optimizer),
-                    "critic": learner.critic.state_dict() if learner.critic else None,
-                },
-            )
-        )
+        self._send(("start", {"learner": learner.state_dict(), "optimizer": bool(optimizer),
+                              "critic": learner.critic.state_dict() if learner.critic else None}))
         with self._watch("start"):
             broadcast_weights(self.canonical.model)
-            self.local = sharded_learner(
-                config, self.canonical, learner.algorithm, Ranks(0, processes), learner.reference
-            )
+            self.local = sharded_learner(config, self.canonical, learner.algorithm, Ranks(0, processes), learner.reference)
             self.local.steps_done = learner.steps_done
             load_sharded_optimizer(self.local.model, self.local.optimizer, optimizer or None)
         learner.optimizer.state.clear()  # the shards hold it now
@@ -280,17 +358,8 @@ def _named_optimizer_state(learner: Learner) -> dict[str, Any]:
     return get_optimizer_state_dict(learner.model, learner.optimizer, options=StateDictOptions(full_state_dict=True))
 
 
-def _helper_main(
-    rank: int,
-    world: int,
-    port: int,
-    config: Config,
-    state: Any,
-    reward_range: tuple[float, float],
-    threads: int,
-    commands: Any,
-    out_dir: str,
-) -> None:
+def _helper_main(rank: int, world: int, port: int, config: Config, state: Any, reward_range: tuple[float, float],
+                 threads: int, commands: Any, out_dir: str) -> None:
     """A learner process other than rank 0: build the same learner, then follow rank 0's commands
     until ``stop`` (or until rank 0 is gone)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: rank 0 stops us
@@ -304,9 +373,7 @@ def _helper_main(
 
     parent = os.getppid()
     policy = load_run_policy(config, state)
-    reference = (
-        load_reference(Path(out_dir), config) if config.algo.kl_coef > 0 or config.train.reference_model else None
-    )
+    reference = load_reference(Path(out_dir), config) if config.algo.kl_coef > 0 or config.train.reference_model else None
     policy.limit_training(top_layers=config.model.train_top_layers)
     join_group(rank, world, port, config.model.device)
     kind, start = _next(commands, parent)

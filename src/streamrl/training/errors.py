@@ -19,7 +19,5 @@ class TrainingInterrupted(Exception):
 
         self.signal_number, self.step = signal_number, step
         name = signal.Signals(signal_number).name
-        super().__init__(
-            f"stopped by {name} after step {step} (checkpoint written); "
-            f"continue with: streamrl train --out {out_dir} --resume"
-        )
+        super().__init__(f"stopped by {name} after step {step} (checkpoint written); "
+                         f"continue with: streamrl train --out {out_dir} --resume")

@@ -100,10 +100,7 @@ def episode_runner(config: Config, engine: InferenceEngine, codec: Any, settings
     env = config.env
     tool_format = resolve_tool_format(codec, config.model.tool_format)[0] if settings.tools else None
     return EpisodeRunner(
-        engine,
-        codec,
-        action_parser(env.name, env.parser, tool_format),
-        prompt_builder(env.name, env.prompt, settings.tools),
+        engine, codec, action_parser(env.name, env.parser, tool_format), prompt_builder(env.name, env.prompt, settings.tools),
         settings,
     )
 

@@ -36,9 +36,9 @@ from streamrl.training.batch import (
     split_rows,
 )
 from streamrl.training.config import OptimConfig, RewardConfig
+from streamrl.training.data_parallel import Ranks
 from streamrl.training.errors import NonFiniteError
 from streamrl.training.optim import adamw, load_optimizer_state
-from streamrl.training.ranks import Ranks
 
 if TYPE_CHECKING:
     from streamrl.policy.policy import Policy
@@ -76,14 +76,8 @@ class _Probe:
 class Learner:
     """Trains ``policy`` with ``algorithm``; ``step(trajectories)`` is one learner step."""
 
-    def __init__(
-        self,
-        algorithm: Algorithm,
-        settings: UpdateConfig,
-        policy: Policy,
-        reference: Any | None = None,
-        ranks: Ranks = Ranks(),
-    ):
+    def __init__(self, algorithm: Algorithm, settings: UpdateConfig, policy: Policy, reference: Any | None = None,
+                 ranks: Ranks = Ranks()):
         self.algorithm = algorithm
         #: this process among the learner processes (``train/data_parallel.py``; default: alone)
         self.ranks = ranks
@@ -95,13 +89,8 @@ class Learner:
             enable_gradient_checkpointing(self.model)
         policy.limit_training(top_layers=settings.train_top_layers, value_rows=algorithm.reads_values)
         optim = settings.optim
-        self.optimizer = adamw(
-            policy.trainable_parameters(),
-            lr=optim.lr,
-            betas=optim.betas,
-            weight_decay=optim.weight_decay,
-            eps=optim.eps,
-        )
+        self.optimizer = adamw(policy.trainable_parameters(), lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay,
+                               eps=optim.eps)
         #: trained beside the actor (PPO's), or None
         self.critic = algorithm.critic
         self.steps_done = 0
@@ -131,11 +120,7 @@ class Learner:
 
     def score_batch(self, model: Any, batch: Batch, values: bool = False) -> ScoreOutput:
         """No-grad log-probs of the batch's action tokens under ``model`` (and value logits)."""
-        tensors = {
-            "input_ids": batch.input_ids,
-            "attention_mask": batch.attention_mask,
-            "token_mask": batch.action_mask,
-        }
+        tensors = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "token_mask": batch.action_mask}
         if values:
             tensors["value_mask"] = batch.value_mask()
         with self.policy.autocast():
@@ -244,18 +229,10 @@ class Learner:
                         tis = tis_weights(old_logp, micro.tensors["rollout_logprobs"], loss_config.tis_cap)
                         pass_weighted["tis_weight"] = float(tis[mask].sum())
                     loss, stats = ppo_policy_loss(
-                        logp,
-                        old_logp,
-                        _cut(token_adv, rows, logp),
-                        mask,
-                        clip_low=loss_config.clip_low,
-                        clip_high=loss_config.clip_high,
-                        dual_clip=loss_config.dual_clip,
-                        agg=loss_config.agg,
-                        tis_weights=tis,
-                        norm_length=norm_length,
-                        global_tokens=counts.tokens,
-                        global_seqs=counts.rows,
+                        logp, old_logp, _cut(token_adv, rows, logp), mask,
+                        clip_low=loss_config.clip_low, clip_high=loss_config.clip_high, dual_clip=loss_config.dual_clip,
+                        agg=loss_config.agg, tis_weights=tis, norm_length=norm_length,
+                        global_tokens=counts.tokens, global_seqs=counts.rows,
                     )
                     pass_ratio_max = stats.pop("ratio_max")
                     tokens = stats.pop("tokens")
@@ -263,11 +240,7 @@ class Learner:
                         pass_weighted[key] = value * tokens
                     share = {"policy_loss": float(loss.detach())}
                     if ref is not None:
-                        kl = aggregate(
-                            kl_estimate(logp, _cut(ref, rows, logp), loss_config.kl_estimator),
-                            mask,
-                            global_tokens=counts.tokens,
-                        )
+                        kl = aggregate(kl_estimate(logp, _cut(ref, rows, logp), loss_config.kl_estimator), mask, global_tokens=counts.tokens)
                         loss = loss + loss_config.kl_coef * kl
                         share["kl_ref"] = float(kl.detach())
                     if out.entropy is not None:
@@ -282,10 +255,8 @@ class Learner:
                     share["loss"] = float(loss.detach())
                     bad = ranks.all_finite(share if live else {})
                     if bad:
-                        raise NonFiniteError(
-                            f"step {self.steps_done + 1}: non-finite loss ({', '.join(bad)}); "
-                            "training stopped before the update"
-                        )
+                        raise NonFiniteError(f"step {self.steps_done + 1}: non-finite loss ({', '.join(bad)}); "
+                                             "training stopped before the update")
                     (loss * ranks.loss_weight(live)).backward()
                     if live:
                         ratio_max = max(ratio_max, pass_ratio_max)
@@ -293,23 +264,16 @@ class Learner:
                             weighted[key] = weighted.get(key, 0.0) + value
                         for key, value in share.items():
                             shares[key] = shares.get(key, 0.0) + value
-                grad_norms.append(
-                    ranks.clip_and_step(
-                        self.policy.trainable_parameters(),
-                        self.optimizer,
-                        optim.grad_clip,
-                        step=self.steps_done + 1,
-                        model=self.model,
-                    )
-                )
+                grad_norms.append(ranks.clip_and_step(
+                    self.policy.trainable_parameters(), self.optimizer, optim.grad_clip,
+                    step=self.steps_done + 1, model=self.model,
+                ))
         weighted, shares, ratio_max = ranks.sum(weighted), ranks.sum(shares), ranks.max(ratio_max)
         self.model.eval()
         total_tokens = max(float(loss_mask.sum()) * loss_config.epochs, 1.0)
         metrics = {key: value / total_tokens for key, value in weighted.items()}
         metrics.update({key: value / len(grad_norms) for key, value in shares.items()})
-        metrics.update(
-            grad_norm=sum(grad_norms) / len(grad_norms), ratio_max=ratio_max, optimizer_steps=float(len(grad_norms))
-        )
+        metrics.update(grad_norm=sum(grad_norms) / len(grad_norms), ratio_max=ratio_max, optimizer_steps=float(len(grad_norms)))
         return metrics, probe
 
     def _plan(self, batch: Batch) -> list[list[tuple[list[int], list[list[int]]]]]:
@@ -322,12 +286,8 @@ class Learner:
             order = list(range(batch.num_rows))
             if loss_config.mini_batches > 1:
                 order = torch.randperm(batch.num_rows, generator=generator).tolist()
-            plan.append(
-                [
-                    (mini, list(micro_batches(batch, mini, self.settings.optim.micro_batch_size)))
-                    for mini in split_rows(order, loss_config.mini_batches)
-                ]
-            )
+            plan.append([(mini, list(micro_batches(batch, mini, self.settings.optim.micro_batch_size)))
+                         for mini in split_rows(order, loss_config.mini_batches)])
         return plan
 
     def _norm_length(self, batch: Batch) -> int:

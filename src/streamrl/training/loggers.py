@@ -50,17 +50,13 @@ class MetricsLogger:
             try:
                 import wandb
             except ImportError as exc:
-                raise RuntimeError(
-                    "logging.wandb_project is set but wandb is not installed: pip install 'streamrl[wandb]'"
-                ) from exc
+                raise RuntimeError("logging.wandb_project is set but wandb is not installed: pip install 'streamrl[wandb]'") from exc
             self._sinks.append(_WandbSink(wandb.init(project=wandb_project, config=run_config, resume="allow")))
         if mlflow_experiment:
             try:
                 import mlflow
             except ImportError as exc:
-                raise RuntimeError(
-                    "logging.mlflow_experiment is set but mlflow is not installed: pip install 'streamrl[mlflow]'"
-                ) from exc
+                raise RuntimeError("logging.mlflow_experiment is set but mlflow is not installed: pip install 'streamrl[mlflow]'") from exc
             mlflow.set_experiment(mlflow_experiment)
             mlflow.start_run()
             if run_config:
@@ -72,9 +68,7 @@ class MetricsLogger:
         record.update({key: _jsonable(value) for key, value in metrics.items()})
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
-        numeric = {
-            f"{kind}/{k}": v for k, v in record.items() if isinstance(v, (int, float)) and k not in ("step", "time")
-        }
+        numeric = {f"{kind}/{k}": v for k, v in record.items() if isinstance(v, (int, float)) and k not in ("step", "time")}
         for sink in self._sinks:
             sink.log(step, numeric)
 

@@ -43,9 +43,8 @@ if TYPE_CHECKING:
     from streamrl.policy.policy import Policy
 
 
-async def train(
-    config: Config, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False, echo=None
-) -> dict[str, Any]:
+async def train(config: Config, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
+                echo=None) -> dict[str, Any]:
     """Train into ``out_dir`` (refused when not empty unless ``resume`` or ``overwrite``); returns the
     summary (``finished_earlier`` when a resumed run had already reached ``train.steps``)."""
     echo = echo or functools.partial(print, flush=True)  # progress lines must reach logs promptly
@@ -82,9 +81,7 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
     if state is None and config.sft.demos > 0 and config.model.init_from is None and not agents:
         demos, heldout = await demonstrations_and_heldout(config, policy)
         torch.set_num_threads(learner_threads + engine_threads)  # nothing else runs during SFT
-        summary["sft"] = behaviour_cloning(
-            config, policy, demos, log=lambda s, m: logger.log(s, m, "sft"), heldout=heldout
-        )
+        summary["sft"] = behaviour_cloning(config, policy, demos, log=lambda s, m: logger.log(s, m, "sft"), heldout=heldout)
         echo(f"SFT: {len(demos)} demonstrations, final NLL {summary['sft']['nll']:.3f}")
         policy.save(ws.root / "sft_model")
 
@@ -93,14 +90,8 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
     algorithm = local.algorithm
     run = RunState.initial() if state is None else ws.load_learner(state, local)
     torch.set_num_threads(learner_threads)
-    engine = make_engine(
-        config.model.engine,
-        policy,
-        version=run.version,
-        seed=config.train.seed,
-        threads=engine_threads,
-        rollout_dtype=config.model.rollout_dtype,
-    )
+    engine = make_engine(config.model.engine, policy, version=run.version, seed=config.train.seed, threads=engine_threads,
+                         rollout_dtype=config.model.rollout_dtype)
 
     if state is None and algorithm.warm_start is not None:  # a fresh run: initialised by the initial policy
         note = await algorithm.warm_start(pool, functools.partial(play_episodes, config, engine, policy))
@@ -123,22 +114,16 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
 
     learner: Learner | DataParallelLearner = local
     if config.train.learner_processes > 1:  # from here on the learner's work is spread over processes
-        learner = DataParallelLearner(
-            local, config, state, reward_range, config.train.learner_processes, learner_threads, str(ws.root)
-        )
+        learner = DataParallelLearner(local, config, state, reward_range, config.train.learner_processes,
+                                      learner_threads, str(ws.root))
     episode = training_episode_settings(config)
     rollout = Rollout(
         backend=rollout_backend(config, episode, engine, policy, engine_threads),
         source=algorithm.prompt_source(pool),
         settings=RolloutSettings(
-            mode=algorithm.rollout_mode,
-            concurrency=config.rollout.concurrency,
-            batch_size=config.train.batch_size,
-            group_size=algorithm.group_size,
-            max_staleness=config.rollout.max_staleness,
-            seed=config.train.seed,
-            env_name=config.env.name,
-            episode=episode,
+            mode=algorithm.rollout_mode, concurrency=config.rollout.concurrency, batch_size=config.train.batch_size,
+            group_size=algorithm.group_size, max_staleness=config.rollout.max_staleness,
+            seed=config.train.seed, env_name=config.env.name, episode=episode,
             max_env_faults_in_row=config.rollout.max_env_faults_in_row,
         ),
         event_log=ws.events_path(state),
@@ -177,12 +162,7 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
                 if config.logging.samples_every and run.step % config.logging.samples_every == 0:
                     chosen = mixed_selection(batch, config.logging.samples_per_step)
                     samples.write(chosen, kind="train", step=run.step, advantages=learner.last_advantages)
-                if (
-                    evaluates
-                    and config.train.eval_every
-                    and run.step % config.train.eval_every == 0
-                    and run.step < config.train.steps
-                ):
+                if evaluates and config.train.eval_every and run.step % config.train.eval_every == 0 and run.step < config.train.steps:
                     await evaluate_and_log(f"eval-v{run.version}")
                 if stop.requested is not None:  # SIGTERM / SIGINT: keep this step, then stop
                     ws.save(run, policy, learner, rollout, logger)
@@ -202,13 +182,9 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
         logger.close()
         samples.close()
     policy.save(ws.root / "final_model")
-    summary.update(
-        steps=run.step,
-        trajectories=run.trajectories,
-        wall_s=round(time.monotonic() - started, 1),
-        rl_s=round(rl_finished - rl_started, 1),
-        warnings=[stall.warning] if stall.warning else [],
-    )
+    summary.update(steps=run.step, trajectories=run.trajectories, wall_s=round(time.monotonic() - started, 1),
+                   rl_s=round(rl_finished - rl_started, 1),
+                   warnings=[stall.warning] if stall.warning else [])
     summary["report"] = str(write_report(ws.root, config, summary, reward_range))
     ws.write_summary(summary)
     return summary
@@ -237,9 +213,7 @@ async def play_episodes(
         episode_runner(config, engine, policy, episode_settings(config)),
         lambda: make(config.env.name, **config.env.options),
         prompt_ids,
-        concurrency=config.rollout.concurrency,
-        seed=config.train.seed,
-        request_prefix=request_prefix,
+        concurrency=config.rollout.concurrency, seed=config.train.seed, request_prefix=request_prefix,
     )
 
 

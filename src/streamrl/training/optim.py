@@ -20,14 +20,8 @@ from streamrl.training.errors import NonFiniteError
 _IMPLEMENTATION_KEYS = ("fused", "foreach")
 
 
-def adamw(
-    parameters: Iterable[torch.nn.Parameter],
-    *,
-    lr: float,
-    betas: tuple[float, float] = (0.9, 0.999),
-    weight_decay: float = 0.0,
-    eps: float = 1e-8,
-) -> torch.optim.AdamW:
+def adamw(parameters: Iterable[torch.nn.Parameter], *, lr: float, betas: tuple[float, float] = (0.9, 0.999),
+          weight_decay: float = 0.0, eps: float = 1e-8) -> torch.optim.AdamW:
     """AdamW with the fused kernel where this torch build has it for the parameters' device and
     dtype (on CPU about 3x faster than the default foreach step, same update up to rounding),
     the default implementation otherwise."""

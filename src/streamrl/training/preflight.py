@@ -42,10 +42,8 @@ def preflight(config: Config, *, demonstrations: bool = False, warn: Callable[[s
         raise ConfigError(str(error)) from None
     try:
         if not isinstance(getattr(env, "spec", None), EnvSpec):
-            raise ConfigError(
-                f"env.name: {config.env.name} has no spec (an EnvSpec: name, splits, max_steps); "
-                "see docs/environments.md"
-            )
+            raise ConfigError(f"env.name: {config.env.name} has no spec (an EnvSpec: name, splits, max_steps); "
+                              "see docs/environments.md")
         _check_splits(config, env)
         _check_action_form(config, env)
         if demonstrations:
@@ -61,9 +59,8 @@ def _check_agent(config: Config) -> None:
     try:
         from streamrl.agents import AgentLoadError, load_agent, read_tasks
     except ImportError as error:
-        raise ConfigError(
-            f"agent.function: the endpoint needs fastapi, uvicorn and openai ({error}); pip install 'streamrl[agents]'"
-        ) from None
+        raise ConfigError(f"agent.function: the endpoint needs fastapi, uvicorn and openai ({error}); "
+                          "pip install 'streamrl[agents]'") from None
     try:
         if config.agent.function:
             load_agent(config.agent.function)
@@ -71,17 +68,13 @@ def _check_agent(config: Config) -> None:
     except AgentLoadError as error:
         raise ConfigError(str(error)) from None
     if config.agent.external and config.rollout.backend != "local":
-        raise ConfigError(
-            f"rollout.backend: agents elsewhere claim tasks from the trainer's endpoint (local), "
-            f"not from {config.rollout.backend} workers"
-        )
+        raise ConfigError(f"rollout.backend: agents elsewhere claim tasks from the trainer's endpoint (local), "
+                          f"not from {config.rollout.backend} workers")
     if config.agent.external and bool(getattr(config.algo, "offline_samples", 0)):
         raise ConfigError("algo.offline_samples: an offline prior plays episodes itself, which needs agent.function")
     if config.agent.host not in ("127.0.0.1", "localhost", "::1") and not os.environ.get("STREAMRL_ENDPOINT_TOKEN"):
-        raise ConfigError(
-            f"agent.host: serving on {config.agent.host} needs a bearer token (--token or "
-            "$STREAMRL_ENDPOINT_TOKEN); without one, bind 127.0.0.1"
-        )
+        raise ConfigError(f"agent.host: serving on {config.agent.host} needs a bearer token (--token or "
+                          "$STREAMRL_ENDPOINT_TOKEN); without one, bind 127.0.0.1")
     low, high = config.agent.reward_range
     if not low < high:
         raise ConfigError(f"agent.reward_range: must be (low, high) with low < high, got {config.agent.reward_range}")
@@ -97,10 +90,8 @@ def _entry(name: str) -> Any:
 
 
 def _check_splits(config: Config, env: Any) -> None:
-    for field, split, limit in (
-        ("env.train_tasks", "train", config.env.train_tasks),
-        ("env.eval_split", config.env.eval_split or env.spec.eval_split, config.env.eval_tasks),
-    ):
+    for field, split, limit in (("env.train_tasks", "train", config.env.train_tasks),
+                                ("env.eval_split", config.env.eval_split or env.spec.eval_split, config.env.eval_tasks)):
         try:
             env.task_ids(split, limit=limit)
         except ValueError as error:
@@ -114,9 +105,7 @@ def _check_action_form(config: Config, env: Any) -> None:
 
     name = config.env.name
     if config.model.tool_format not in ("auto", *FORMATS):
-        raise ConfigError(
-            f"model.tool_format: unknown format {config.model.tool_format!r} (known: auto, {', '.join(FORMATS)})"
-        )
+        raise ConfigError(f"model.tool_format: unknown format {config.model.tool_format!r} (known: auto, {', '.join(FORMATS)})")
     if not config.env.tools:
         if isinstance(env, Env) and type(env).act is Env.act and type(env).step is Env.step:
             raise ConfigError(f"env.tools: environment {name} has no text form (no act()); set env.tools=true")
@@ -126,9 +115,7 @@ def _check_action_form(config: Config, env: Any) -> None:
     except ToolSchemaError as error:
         raise ConfigError(f"env.tools: {one_line(error)}") from None
     if not tools:
-        raise ConfigError(
-            f"env.tools: environment {name} declares no tools (decorate methods with @streamrl.envs.tool)"
-        )
+        raise ConfigError(f"env.tools: environment {name} declares no tools (decorate methods with @streamrl.envs.tool)")
 
 
 def check_demonstrations(config: Config, env: Any) -> None:
@@ -137,15 +124,11 @@ def check_demonstrations(config: Config, env: Any) -> None:
 
     source, name = config.sft.source, config.env.name
     if source == "expert" and not hasattr(env, "expert_action"):
-        raise ConfigError(
-            f"sft.source: environment {name} has no expert (expert_action()); use a JSONL file of "
-            "demonstrations or sft.demos=0"
-        )
+        raise ConfigError(f"sft.source: environment {name} has no expert (expert_action()); use a JSONL file of "
+                          "demonstrations or sft.demos=0")
     if source == "search_expert" and not hasattr(env, "searching_expert"):
-        raise ConfigError(
-            f"sft.source: environment {name} has no searching expert (searching_expert()); use expert, "
-            "a JSONL file of demonstrations or sft.demos=0"
-        )
+        raise ConfigError(f"sft.source: environment {name} has no searching expert (searching_expert()); use expert, "
+                          "a JSONL file of demonstrations or sft.demos=0")
     if source not in ("expert", "search_expert"):
         try:
             load_replays(Path(source))
@@ -161,10 +144,7 @@ def check_model(config: Config) -> None:
     from streamrl.policy.loading import KNOWN_SPECS, WARM_START_PREFIX, read_chat_template, warm_start_folder
 
     cores = os.cpu_count() or 1
-    for field, threads in (
-        ("model.threads", config.model.threads),
-        ("rollout.engine_threads", config.rollout.engine_threads),
-    ):
+    for field, threads in (("model.threads", config.model.threads), ("rollout.engine_threads", config.rollout.engine_threads)):
         if threads is not None and threads > cores:  # OpenMP with far more threads than cores crawls
             raise ConfigError(f"{field}: {threads} is more than the {cores} cores here (at most {cores})")
     for field, spec in (("model.spec", config.model.spec), ("model.init_from", config.model.init_from)):
@@ -177,9 +157,7 @@ def check_model(config: Config) -> None:
                 raise ConfigError(f"{field}: {error}") from None
         elif not Path(spec).expanduser().is_dir():
             known = ", ".join(KNOWN_SPECS)
-            raise ConfigError(
-                f"{field}: no model folder at {spec!r} (known specs: {known}, or a Hugging Face model folder)"
-            )
+            raise ConfigError(f"{field}: no model folder at {spec!r} (known specs: {known}, or a Hugging Face model folder)")
     if config.model.chat_template is not None:
         try:
             read_chat_template(config.model.chat_template)
@@ -198,10 +176,8 @@ def _check_logging(config: Config, warn: Callable[[str], None]) -> None:
         if getattr(logging, field) and importlib.util.find_spec(package) is None:
             raise ConfigError(f"logging.{field}: {package} is not installed (pip install 'streamrl[{extra}]')")
     if logging.tensorboard is True and importlib.util.find_spec("tensorboard") is None:
-        warn(
-            "logging.tensorboard: tensorboard is not installed, so metrics go to metrics.jsonl only "
-            "(pip install 'streamrl[tensorboard]', or logging.tensorboard=false)"
-        )
+        warn("logging.tensorboard: tensorboard is not installed, so metrics go to metrics.jsonl only "
+             "(pip install 'streamrl[tensorboard]', or logging.tensorboard=false)")
 
 
 def _check_reward(config: Config, warn: Callable[[str], None]) -> None:
@@ -210,8 +186,6 @@ def _check_reward(config: Config, warn: Callable[[str], None]) -> None:
     run went from 34% to 0% success, 100% format-invalid turns, between steps 45 and 59)."""
     reward = config.reward
     if reward.ineffective_penalty > reward.invalid_format_penalty:
-        warn(
-            f"reward.invalid_format_penalty ({reward.invalid_format_penalty:g}) is below reward.ineffective_penalty "
-            f"({reward.ineffective_penalty:g}): a malformed action costs less than one the environment cannot carry "
-            "out, and RL can learn to emit malformed actions (set invalid_format_penalty >= ineffective_penalty)"
-        )
+        warn(f"reward.invalid_format_penalty ({reward.invalid_format_penalty:g}) is below reward.ineffective_penalty "
+             f"({reward.ineffective_penalty:g}): a malformed action costs less than one the environment cannot carry "
+             "out, and RL can learn to emit malformed actions (set invalid_format_penalty >= ineffective_penalty)")

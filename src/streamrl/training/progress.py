@@ -27,13 +27,8 @@ class Progress:
             )
 
             self._bar = RichProgress(
-                TextColumn("[bold]RL"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                TextColumn("{task.fields[status]}"),
-                transient=False,
+                TextColumn("[bold]RL"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                TextColumn("{task.fields[status]}"), transient=False,
             )
             self._task = self._bar.add_task("train", total=total, completed=start, status="")
             self._bar.start()

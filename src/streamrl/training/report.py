@@ -63,23 +63,10 @@ def samples_markdown(records: list[dict]) -> str:
             for turn in record["turns"]:
                 # every line of the action quoted, so a multi-line action stays apart from the observation
                 action = "\n".join(f"> {line}" for line in turn["action_text"].splitlines() or [""])
-                invalid = (
-                    ""
-                    if turn["format_valid"]
-                    else f"  [invalid format{': ' + turn['format_reason'] if turn.get('format_reason') else ''}]"
-                )
+                invalid = "" if turn["format_valid"] else f"  [invalid format{': ' + turn['format_reason'] if turn.get('format_reason') else ''}]"
                 body += ["", action + invalid, *answer_lines(turn), f"reward {turn['reward']:g}"]
             fence = _fence("\n".join(body))
-            lines += [
-                f"## {label}: {record['task_id']}",
-                "",
-                _episode_summary(record),
-                "",
-                fence + "text",
-                *body,
-                fence,
-                "",
-            ]
+            lines += [f"## {label}: {record['task_id']}", "", _episode_summary(record), "", fence + "text", *body, fence, ""]
     return "\n".join(lines)
 
 
@@ -91,10 +78,8 @@ def _fence(text: str) -> str:
 
 def _episode_summary(record: dict) -> str:
     outcome = "none (crashed)" if record["outcome"] is None else f"{record['outcome']:g}"
-    return (
-        f"task type {record['task_type'] or 'unknown'}, outcome {outcome}, {len(record['turns'])} turns, "
-        f"ended: {record['end_reason']}"
-    )
+    return (f"task type {record['task_type'] or 'unknown'}, outcome {outcome}, {len(record['turns'])} turns, "
+            f"ended: {record['end_reason']}")
 
 
 def plot_learning_curve(train: list[dict], evals: list[dict], path: Path, title: str) -> None:
@@ -109,9 +94,7 @@ def plot_learning_curve(train: list[dict], evals: list[dict], path: Path, title:
         y = [r.get("success", 0.0) for r in train]
         ax.plot(x, y, alpha=0.35, label="training success (per batch)")
         window = max(1, len(y) // 10)
-        smooth = [
-            sum(y[max(0, i - window + 1) : i + 1]) / len(y[max(0, i - window + 1) : i + 1]) for i in range(len(y))
-        ]
+        smooth = [sum(y[max(0, i - window + 1) : i + 1]) / len(y[max(0, i - window + 1) : i + 1]) for i in range(len(y))]
         ax.plot(x, smooth, label=f"training success (mean of {window})")
     if evals:
         by_step = {r["step"]: r for r in evals}
@@ -119,9 +102,7 @@ def plot_learning_curve(train: list[dict], evals: list[dict], path: Path, title:
         lookup = {r["step"]: r.get("trajectories_consumed", r["step"]) for r in train}
         x = [lookup.get(s, 0) for s in steps]
         y = [by_step[s]["success"] for s in steps]
-        bounds = [
-            wilson_interval(by_step[s]["success"] * by_step[s]["episodes"], by_step[s]["episodes"]) for s in steps
-        ]
+        bounds = [wilson_interval(by_step[s]["success"] * by_step[s]["episodes"], by_step[s]["episodes"]) for s in steps]
         errors = [[v - low for v, (low, _) in zip(y, bounds)], [high - v for v, (_, high) in zip(y, bounds)]]
         ax.errorbar(x, y, yerr=errors, fmt="o-", capsize=3, label="held-out success (95% interval)")
     ax.set_xlabel("trajectories consumed")
@@ -138,20 +119,12 @@ def plot_learning_curve(train: list[dict], evals: list[dict], path: Path, title:
 #: the diagnostics figure: (metric keys plotted together, panel title, what the panel is for)
 DIAGNOSTICS = (
     (("loss", "policy_loss"), "loss", "the optimised objective; spikes point at a bad batch"),
-    (
-        ("ppo_kl", "behaviour_kl"),
-        "policy drift (KL)",
-        "how far an update moves the policy, and engine/trainer mismatch",
-    ),
+    (("ppo_kl", "behaviour_kl"), "policy drift (KL)", "how far an update moves the policy, and engine/trainer mismatch"),
     (("clip_frac", "dual_clip_frac"), "clipped tokens", "the share of tokens whose ratio hit the trust region"),
     (("entropy",), "entropy", "exploration left; a fall to 0 is collapse"),
     (("grad_norm",), "gradient norm", "before clipping (optim.grad_clip)"),
     (("turns_mean", "action_tokens_mean"), "episode length", "turns and generated tokens per episode"),
-    (
-        ("format_invalid_frac", "frac_zero_adv"),
-        "malformed / no signal",
-        "malformed turns; episodes with zero advantage",
-    ),
+    (("format_invalid_frac", "frac_zero_adv"), "malformed / no signal", "malformed turns; episodes with zero advantage"),
     (("rollout_slot_utilisation", "lag_mean"), "rollout", "busy rollout slots; policy versions behind"),
 )
 
@@ -187,7 +160,7 @@ def plot_diagnostics(train: list[dict], path: Path, title: str) -> list[str]:
         ax.set_title(name, fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
-    for ax in list(axes.flat)[len(panels) :]:
+    for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     for ax in axes[-1]:
         ax.set_xlabel("learner step")
@@ -203,10 +176,8 @@ def summary_paragraph(config: Config, summary: dict[str, Any], evals: list[dict]
     model = summary.get("model") or {"spec": config.model.spec, "init_from": config.model.init_from}
     start = f", starting from {model['init_from']}" if model.get("init_from") else ""
     size = f" ({model['parameters'] / 1e6:.1f}M parameters)" if model.get("parameters") else ""
-    parts = [
-        f"{config.algo.name} trained {model['spec']}{size}{start} on {config.env.name} for "
-        f"{summary.get('steps', 0)} steps ({summary.get('trajectories', 0):.0f} trajectories)"
-    ]
+    parts = [f"{config.algo.name} trained {model['spec']}{size}{start} on {config.env.name} for "
+             f"{summary.get('steps', 0)} steps ({summary.get('trajectories', 0):.0f} trajectories)"]
     if summary.get("wall_s") is not None:
         wall = summary["wall_s"]
         took = f"{wall:.0f} s" if wall < 120 else f"{wall / 60:.1f} min"
@@ -245,9 +216,8 @@ def crash_summary(events_path: Path) -> str | None:
     return line
 
 
-def baseline_summary(
-    events_path: Path, reward_range: tuple[float, float], scale: float = 1.0, window: int = 2
-) -> str | None:
+def baseline_summary(events_path: Path, reward_range: tuple[float, float], scale: float = 1.0,
+                     window: int = 2) -> str | None:
     """How close the baselines frozen at dispatch (SPO++'s event-time memory) came to their tasks'
     success rates, graded by the run's own evidence (``algos/baseline_accuracy.py``); None when the
     run froze none. Outcomes are in the environment's ``reward_range``, baselines ``scale`` times it."""
@@ -258,11 +228,8 @@ def baseline_summary(
         return None
     events = read_events(events_path)
     frozen = {e["request_id"]: e for e in events if e.get("event") == "dispatch" and e.get("baseline") is not None}
-    graded = [
-        (frozen[e["request_id"]], e)
-        for e in events
-        if e.get("event") == "result" and e.get("outcome") is not None and e["request_id"] in frozen
-    ]
+    graded = [(frozen[e["request_id"]], e) for e in events
+              if e.get("event") == "result" and e.get("outcome") is not None and e["request_id"] in frozen]
     if not graded:
         return None
     low, high = reward_range
@@ -270,36 +237,26 @@ def baseline_summary(
     def unit(value: float) -> float:
         return min(max((value - low) / (high - low), 0.0), 1.0)
 
-    accuracy = baseline_accuracy(
-        [d["prompt_id"] for d, _ in graded],
-        [d["policy_version"] for d, _ in graded],
-        [unit(d["baseline"] / scale) for d, _ in graded],
-        [unit(r["outcome"]) for _, r in graded],
-        window=window,
-    )
+    accuracy = baseline_accuracy([d["prompt_id"] for d, _ in graded], [d["policy_version"] for d, _ in graded],
+                                 [unit(d["baseline"] / scale) for d, _ in graded], [unit(r["outcome"]) for _, r in graded],
+                                 window=window)
     if not accuracy.episodes:
         return None
-    return (
-        f"frozen baselines against the run's own evidence (same task, snapshots within {window} versions): "
-        f"bias {accuracy.bias:+.3f}, mean |error| {accuracy.mean_abs:.3f} over {accuracy.episodes} episodes "
-        f"({accuracy.ungraded} without evidence)"
-    )
+    return (f"frozen baselines against the run's own evidence (same task, snapshots within {window} versions): "
+            f"bias {accuracy.bias:+.3f}, mean |error| {accuracy.mean_abs:.3f} over {accuracy.episodes} episodes "
+            f"({accuracy.ungraded} without evidence)")
 
 
-def write_report(
-    root: Path, config: Config, summary: dict[str, Any] | None = None, reward_range: tuple[float, float] = (0.0, 1.0)
-) -> Path:
+def write_report(root: Path, config: Config, summary: dict[str, Any] | None = None,
+                 reward_range: tuple[float, float] = (0.0, 1.0)) -> Path:
     """The run's report folder; ``reward_range``: the environment's (the baselines' diagnostic reads it)."""
     report = root / "report"
     report.mkdir(exist_ok=True)
     metrics = read_metrics(root / "metrics.jsonl")
     train = [r for r in metrics if r["kind"] == "train"]
     evals = [r for r in metrics if r["kind"] == "eval"]
-    summary = {
-        **(summary or {}),
-        "crashes": crash_summary(root / "events.jsonl"),
-        "baselines": baseline_summary(root / "events.jsonl", reward_range, config.reward.scale),
-    }
+    summary = {**(summary or {}), "crashes": crash_summary(root / "events.jsonl"),
+               "baselines": baseline_summary(root / "events.jsonl", reward_range, config.reward.scale)}
     model = summary.get("model") or {}
     title = f"{config.algo.name} on {config.env.name} ({model.get('spec', config.model.spec)})"
     plot_learning_curve(train, evals, report / "learning_curve.png", title)
@@ -312,28 +269,14 @@ def write_report(
     (report / "eval.md").write_text(eval_md)
     shutil.copyfile(root / "config.yaml", report / "config.yaml")
     (report / "evaluations.json").write_text(json.dumps(evals, indent=2))
-    index = [
-        f"# {title}",
-        "",
-        summary_paragraph(config, summary, evals),
-        "",
-        "![learning curve](learning_curve.png)",
-        "",
-        "Training success per batch and held-out success with 95% Wilson intervals.",
-        "",
-    ]
+    index = [f"# {title}", "", summary_paragraph(config, summary, evals), "",
+             "![learning curve](learning_curve.png)", "",
+             "Training success per batch and held-out success with 95% Wilson intervals.", ""]
     if panels:
-        index += [
-            "![diagnostics](diagnostics.png)",
-            "",
-            *[f"- **{name}**: {why}" for _, name, why in DIAGNOSTICS if name in panels],
-            "",
-        ]
-    index += [
-        "- [eval.md](eval.md): held-out success by task type at each evaluation",
-        *(["- [samples.md](samples.md): transcripts of successes and failures"] if last_eval else []),
-        "- [config.yaml](config.yaml): the configuration that ran",
-        "",
-    ]
+        index += ["![diagnostics](diagnostics.png)", "",
+                  *[f"- **{name}**: {why}" for _, name, why in DIAGNOSTICS if name in panels], ""]
+    index += ["- [eval.md](eval.md): held-out success by task type at each evaluation",
+              *(["- [samples.md](samples.md): transcripts of successes and failures"] if last_eval else []),
+              "- [config.yaml](config.yaml): the configuration that ran", ""]
     (report / "index.md").write_text("\n".join(index))
     return report

@@ -11,8 +11,10 @@ Layout of ``out_dir``::
     sft_model/ reference_model/ final_model/    load_policy()-ready folders
     report/              learning curve, evaluation tables, summary
 
-A folder holds one run (``run_folder``: who may use it, and whether a resume can); a finished run
-is reported, not redone.
+A folder holds one run: a non-empty one is refused unless the run is resumed (``resume``) or
+replaced (``overwrite``, which removes only what a run writes). A resume checks everything before
+writing anything: the configuration matches the saved one but for ``RESUMABLE`` fields, the newest
+intact checkpoint's log offsets lie within the logs, and a finished run is reported, not redone.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -30,12 +33,11 @@ import torch
 from streamrl.envs import make
 from streamrl.policy.loading import load_policy
 from streamrl.rollout import Trajectory
-from streamrl.training.checkpoint import save_checkpoint
-from streamrl.training.config import Config
-from streamrl.training.config_files import config_to_yaml
+from streamrl.training.checkpoint import Checkpoint, latest_valid, list_checkpoints, save_checkpoint
+from streamrl.training.config import Config, ConfigError
+from streamrl.training.config_files import config_to_yaml, load_config
 from streamrl.training.errors import TrainingError
 from streamrl.training.loggers import MetricsLogger
-from streamrl.training.run_folder import check_resume, claim_folder, lock_folder
 from streamrl.training.samples import SampleLog
 
 
@@ -85,18 +87,10 @@ class ResumeState:
     @classmethod
     def from_checkpoint(cls, path: Path, state: dict[str, Any]) -> ResumeState:
         saved = state["run"]  # rl_s: absent from checkpoints written before it was kept
-        run = RunState(
-            step=int(saved["step"]), trajectories=int(saved["trajectories"]), rl_s=float(saved.get("rl_s", 0.0))
-        )
-        return cls(
-            path=path,
-            run=run,
-            learner=state["learner"],
-            rollout=state["rollout"],
-            metrics_offset=int(state["metrics_offset"]),
-            events_offset=int(state["events_offset"]),
-            samples_offset=state.get("samples_offset"),
-        )
+        run = RunState(step=int(saved["step"]), trajectories=int(saved["trajectories"]), rl_s=float(saved.get("rl_s", 0.0)))
+        return cls(path=path, run=run, learner=state["learner"], rollout=state["rollout"],
+                   metrics_offset=int(state["metrics_offset"]), events_offset=int(state["events_offset"]),
+                   samples_offset=state.get("samples_offset"))
 
 
 #: the frozen policy a KL penalty measures against, inside the run folder
@@ -112,9 +106,8 @@ def load_reference(root: Path, config: Config) -> Any:
 def load_run_policy(config: Config, state: ResumeState | None) -> Any:
     model = config.model
     if state is not None:
-        return load_policy(
-            state.path / "policy", dtype=model.dtype, device=model.device, threads=model.threads, float32_weights=True
-        )
+        return load_policy(state.path / "policy", dtype=model.dtype, device=model.device, threads=model.threads,
+                           float32_weights=True)
     return load_policy(
         **policy_source(config),
         dtype=model.dtype,
@@ -129,13 +122,9 @@ def policy_source(config: Config) -> dict[str, Any]:
     """The ``load_policy`` arguments that say which starting policy a run builds (its spec first)."""
     model = config.model
     entity_tokens = environment_entities(config) if model.entity_tokens and not model.init_from else ()
-    return {
-        "spec": model.init_from or model.spec,
-        "seed": config.train.seed,
-        "model_overrides": model.overrides or None,
-        "entity_tokens": entity_tokens,
-        "chat_template": model.chat_template,
-    }
+    return {"spec": model.init_from or model.spec, "seed": config.train.seed,
+            "model_overrides": model.overrides or None, "entity_tokens": entity_tokens,
+            "chat_template": model.chat_template}
 
 
 def model_record(config: Config, policy: Any) -> dict[str, Any]:
@@ -148,9 +137,7 @@ def model_line(model: dict[str, Any]) -> str:
     """``model: smollm2-135m (134.5M parameters, 0.9M trained by LoRA r=8; float32), its own weights``"""
     size = f"{model['parameters'] / 1e6:.1f}M parameters"
     if model["trained_parameters"] != model["parameters"]:
-        size += f", {model['trained_parameters'] / 1e6:.2f}M trained" + (
-            f" by LoRA r={model['lora']['r']}" if model["lora"] else ""
-        )
+        size += f", {model['trained_parameters'] / 1e6:.2f}M trained" + (f" by LoRA r={model['lora']['r']}" if model["lora"] else "")
     start = f"from {model['init_from']}" if model["init_from"] else "from its own weights"
     return f"model: {model['spec']} ({size}; {model['dtype']}), {start}"
 
@@ -164,18 +151,135 @@ def environment_entities(config: Config) -> tuple[str, ...]:
         probe.close()
 
 
+#: everything a run (or ``streamrl sft``) writes into its folder: what ``overwrite`` removes
+RUN_ENTRIES = ("config.yaml", "metrics.jsonl", "events.jsonl", "samples.jsonl", "summary.json", "checkpoints",
+               "sft_model", "reference_model", "final_model", "report", "tensorboard")
+#: configuration a resumed run may change (its length, how often it evaluates, saves and logs, its
+#: threads and learner processes); every other field must equal the saved run's
+RESUMABLE = ("train.steps", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints", "logging.",
+             "eval.concurrency", "model.threads", "rollout.engine_threads", "train.learner_processes")
+#: state.json offset -> the log it points into
+LOG_OFFSETS = {"metrics_offset": "metrics.jsonl", "events_offset": "events.jsonl", "samples_offset": "samples.jsonl"}
+
+
+class RunFolderError(ValueError):
+    """A run folder that cannot be used as asked: one line, exit status 2."""
+
+
+#: the file a training process holds an exclusive OS lock on for its whole life (released by the
+#: kernel however the process ends, SIGKILL included); it names the holder's pid
+LOCK_FILE = ".lock"
+#: what a run that failed before its first step leaves: such a folder is reused without --overwrite
+LEFT_BEFORE_STEP_ONE = {"config.yaml", LOCK_FILE, "metrics.jsonl", "events.jsonl", "samples.jsonl"}
+
+
+def lock_folder(root: Path) -> int:
+    """Hold ``root``'s lock (creating the folder); a ``RunFolderError`` naming the holder when a live
+    process has it. Returns the descriptor, kept open as long as the lock is to be held."""
+    import fcntl
+
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise RunFolderError(f"--out {root}: cannot use it as a run folder ({error.strerror or error})") from None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(descriptor, 32).decode(errors="replace").strip() or "unknown"
+        os.close(descriptor)
+        raise RunFolderError(f"--out {root}: a live training process (pid {holder}) is using this run folder; "
+                             f"wait for it to end or stop it (kill {holder})") from None
+    os.ftruncate(descriptor, 0)
+    os.write(descriptor, str(os.getpid()).encode())
+    return descriptor
+
+
+def claim_folder(root: Path, *, overwrite: bool = False) -> None:
+    """Make ``root`` an empty run folder: refuse a non-empty one unless ``overwrite``, which removes
+    only what a run writes (anything else there is refused before deleting a thing)."""
+    entries = sorted(p.name for p in root.iterdir() if p.name != LOCK_FILE) if root.is_dir() else []
+    if set(entries) <= LEFT_BEFORE_STEP_ONE and not (root / "checkpoints").exists() and not _has_train_steps(root):
+        overwrite = True  # a run that failed before its first step: nothing to lose
+    if entries and not overwrite:
+        raise RunFolderError(f"--out {root} is not empty; pass --resume to continue its run or --overwrite to replace it")
+    foreign = [name for name in entries if name not in RUN_ENTRIES]
+    if foreign:
+        raise RunFolderError(f"--overwrite: {root} holds files no run writes ({', '.join(foreign[:5])}); remove them yourself")
+    for name in entries:
+        path = root / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    root.mkdir(parents=True, exist_ok=True)
+
+
+def _has_train_steps(root: Path) -> bool:
+    metrics = root / "metrics.jsonl"
+    return metrics.is_file() and '"kind": "train"' in metrics.read_text(errors="replace")
+
+
+def check_resume(root: Path, config: Config, warn: Callable[[str], None] = print) -> Checkpoint | None:
+    """Everything a resume needs, read-only: the same configuration (but for ``RESUMABLE``) and an
+    intact newest checkpoint whose log offsets lie within the logs (None: nothing to resume)."""
+    saved_path = root / "config.yaml"
+    if not saved_path.is_file():
+        if list_checkpoints(root / "checkpoints"):  # a run whose config.yaml was deleted: never guess it
+            raise RunFolderError(f"--resume: {saved_path} is missing, and the checkpoints under {root} were trained with it; "
+                                 "restore it (or use --overwrite to start again)")
+        what = "no folder" if not root.exists() else "no run (no config.yaml)"
+        raise RunFolderError(f"--resume: {root} holds {what} to resume; leave out --resume to start a run there")
+    try:
+        saved = load_config(saved_path)
+    except ConfigError as error:
+        raise RunFolderError(f"--resume: the saved {saved_path} no longer validates ({error})") from None
+    changed = config_changes(saved, config)
+    if changed:
+        shown = "; ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+        allowed = ", ".join(f.rstrip(".") for f in RESUMABLE)
+        raise RunFolderError(f"--resume: {root} was run with another configuration: {shown} (a resume may change only {allowed})")
+    checkpoint = latest_valid(root / "checkpoints", warn=warn)
+    if checkpoint is not None:
+        state = checkpoint.state()
+        if "config" in state:  # config.yaml edited since: the checkpoint's weights and optimiser say otherwise
+            edited = config_changes(Config.model_validate(state["config"]), config)
+            if edited:
+                shown = "; ".join(edited[:3]) + (f" and {len(edited) - 3} more" if len(edited) > 3 else "")
+                raise RunFolderError(
+                    f"--resume: {root}'s {checkpoint.path.name} was trained with another configuration than asked: {shown}; "
+                    "restore config.yaml (a resume may change only train.steps, evaluation, checkpoint and logging "
+                    "fields, as overrides on the command line)")
+        for key, name in LOG_OFFSETS.items():
+            size = (root / name).stat().st_size if (root / name).exists() else 0
+            if (state.get(key) or 0) > size:
+                raise RunFolderError(
+                    f"--resume: {checkpoint.path.name} expects {state[key]} bytes of {name}, which has {size} "
+                    "(the folder was written by another run); use --overwrite to start again"
+                )
+    return checkpoint
+
+
+def config_changes(saved: Config, config: Config) -> list[str]:
+    """``field saved -> new`` for every differing non-resumable field, names first."""
+    before, after = _flatten(saved.model_dump(mode="json")), _flatten(config.model_dump(mode="json"))
+    keys = [k for k in dict.fromkeys([*before, *after]) if not k.startswith(RESUMABLE) and before.get(k) != after.get(k)]
+    keys.sort(key=lambda k: not k.endswith(".name"))  # a changed name (algo.name) explains the rest
+    return [f"{k} {before.get(k)!r} -> {after.get(k)!r}" for k in keys]
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 class Workspace:
     """A run folder, checked (``claim_folder`` or ``check_resume``) before anything is written."""
 
-    def __init__(
-        self,
-        root: Path,
-        config: Config,
-        echo: Callable[[str], None] = print,
-        *,
-        resume: bool = False,
-        overwrite: bool = False,
-    ):
+    def __init__(self, root: Path, config: Config, echo: Callable[[str], None] = print, *, resume: bool = False,
+                 overwrite: bool = False):
         self.root = root
         self.config = config
         self.echo = echo
@@ -238,9 +342,8 @@ class Workspace:
 
     def sample_log(self, state: ResumeState | None) -> SampleLog:
         """Transcripts, likewise cut back (checkpoints from before transcripts existed keep them all)."""
-        return SampleLog(
-            _cut_back(self.samples, state.samples_offset if state else 0), self.config.logging.sample_text_chars
-        )
+        return SampleLog(_cut_back(self.samples, state.samples_offset if state else 0),
+                         self.config.logging.sample_text_chars)
 
     def reference(self, config: Config, policy: Any, state: ResumeState | None) -> Any:
         """A frozen copy of the policy as RL starts (kept on disk so a resume uses the same one)."""
@@ -274,11 +377,7 @@ class Workspace:
             # the configuration this state was trained with: a resume checks config.yaml against it
             "config": self.config.model_dump(mode="json"),
         }
-        tensors = {
-            "learner": learner.tensor_state(),
-            "torch_rng": torch.get_rng_state(),
-            "python_rng": random.getstate(),
-        }
+        tensors = {"learner": learner.tensor_state(), "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}
 
         def write(folder: Path) -> None:
             policy.save(folder / "policy")
@@ -288,10 +387,8 @@ class Workspace:
             save_checkpoint(self.checkpoints, run.step, state, write, keep=self.config.train.keep_checkpoints)
         except (OSError, RuntimeError) as error:  # a full disk reaches torch.save as a RuntimeError
             message = " ".join(str(error).split())[:300]
-            raise TrainingError(
-                f"the step-{run.step} checkpoint could not be written under {self.checkpoints} ({message}); "
-                "the previous checkpoint is intact: free space and continue with --resume"
-            ) from None
+            raise TrainingError(f"the step-{run.step} checkpoint could not be written under {self.checkpoints} ({message}); "
+                                "the previous checkpoint is intact: free space and continue with --resume") from None
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         path = self.root / "summary.json"

@@ -20,47 +20,40 @@ from streamrl.rollout.trajectory import to_jsonable
 
 
 def transcript(
-    trajectory: Trajectory,
-    *,
-    kind: str,
-    step: int,
-    tag: str | None = None,
-    advantages: list[float] | None = None,
+    trajectory: Trajectory, *, kind: str, step: int, tag: str | None = None, advantages: list[float] | None = None,
     max_chars: int = 4000,
 ) -> dict[str, Any]:
     """A JSON-safe record of one episode; ``advantages`` are its per-turn advantages (None when
     the episode was not trained on: evaluation, crashed or stale episodes). Texts longer than
     ``max_chars`` are cut, the cut marked."""
-    return to_jsonable(
-        {
-            "kind": kind,
-            "step": step,
-            "tag": tag,
-            "request_id": trajectory.request_id,
-            "task_id": trajectory.prompt_id,
-            "task_type": trajectory.task_type,
-            "task": clipped(trajectory.initial_observation, max_chars),
-            "won": trajectory.won,
-            "outcome": trajectory.outcome,
-            "end_reason": trajectory.end_reason,
-            "error": clipped(trajectory.error, max_chars),
-            "policy_version": trajectory.dispatch.policy_version,
-            "turns": [
-                {
-                    "action_text": clipped(turn.action_text, max_chars),
-                    "action": clipped(turn.action, max_chars),
-                    "observation": clipped(turn.observation, max_chars),
-                    "reward": turn.reward,
-                    "format_valid": turn.format_valid,
-                    "format_reason": turn.format_reason,
-                    "tool_calls": turn.tool_calls,
-                    "reply": turn.reply,
-                    "advantage": None if advantages is None else advantages[index],
-                }
-                for index, turn in enumerate(trajectory.turns)
-            ],
-        }
-    )
+    return to_jsonable({
+        "kind": kind,
+        "step": step,
+        "tag": tag,
+        "request_id": trajectory.request_id,
+        "task_id": trajectory.prompt_id,
+        "task_type": trajectory.task_type,
+        "task": clipped(trajectory.initial_observation, max_chars),
+        "won": trajectory.won,
+        "outcome": trajectory.outcome,
+        "end_reason": trajectory.end_reason,
+        "error": clipped(trajectory.error, max_chars),
+        "policy_version": trajectory.dispatch.policy_version,
+        "turns": [
+            {
+                "action_text": clipped(turn.action_text, max_chars),
+                "action": clipped(turn.action, max_chars),
+                "observation": clipped(turn.observation, max_chars),
+                "reward": turn.reward,
+                "format_valid": turn.format_valid,
+                "format_reason": turn.format_reason,
+                "tool_calls": turn.tool_calls,
+                "reply": turn.reply,
+                "advantage": None if advantages is None else advantages[index],
+            }
+            for index, turn in enumerate(trajectory.turns)
+        ],
+    })
 
 
 def mixed_selection(trajectories: list[Trajectory], count: int) -> list[Trajectory]:
@@ -93,14 +86,8 @@ class SampleLog:
         """``advantages`` maps request ids to per-turn advantages (``Learner.last_advantages``)."""
         advantages = advantages or {}
         for trajectory in trajectories:
-            record = transcript(
-                trajectory,
-                kind=kind,
-                step=step,
-                tag=tag,
-                advantages=advantages.get(trajectory.request_id),
-                max_chars=self.max_chars,
-            )
+            record = transcript(trajectory, kind=kind, step=step, tag=tag, advantages=advantages.get(trajectory.request_id),
+                                max_chars=self.max_chars)
             self._file.write(json.dumps(record) + "\n")
         self._file.flush()
 
@@ -144,10 +131,8 @@ def transcript_header(record: dict[str, Any]) -> str:
     task_type = f" [{record['task_type']}]" if record.get("task_type") else ""
     verdict = "WON" if record.get("won") else "lost"
     outcome = "none (crashed)" if record.get("outcome") is None else _number(record["outcome"])
-    return (
-        f"{record.get('kind', '?')} step {record.get('step', '?')}{tag} task {record.get('task_id')}{task_type}: "
-        f"{verdict}, outcome {outcome}, {len(record['turns'])} turns, ended {record.get('end_reason')}"
-    )
+    return (f"{record.get('kind', '?')} step {record.get('step', '?')}{tag} task {record.get('task_id')}{task_type}: "
+            f"{verdict}, outcome {outcome}, {len(record['turns'])} turns, ended {record.get('end_reason')}")
 
 
 def turn_note(turn: dict[str, Any]) -> str:
@@ -157,11 +142,7 @@ def turn_note(turn: dict[str, Any]) -> str:
         parts.append(f"advantage {turn['advantage']:+.3f}")
     if not turn.get("format_valid", True):
         parts.append(f"invalid format: {turn['format_reason']}" if turn.get("format_reason") else "invalid format")
-    if (
-        turn.get("tool_calls") is None
-        and turn.get("action") is not None
-        and turn.get("action") != (turn.get("action_text") or "").strip()
-    ):
+    if turn.get("tool_calls") is None and turn.get("action") is not None and turn.get("action") != (turn.get("action_text") or "").strip():
         parts.append(f"parsed action: {turn['action']!r}")
     return ", ".join(parts)
 
@@ -202,10 +183,7 @@ def rich_transcript(record: dict[str, Any]) -> Any:
     from rich.text import Text
 
     colour = "green" if record.get("won") else "red"
-    parts: list[Any] = [
-        Text(transcript_header(record), style=f"bold {colour}"),
-        Text(str(record.get("task") or "").rstrip()),
-    ]
+    parts: list[Any] = [Text(transcript_header(record), style=f"bold {colour}"), Text(str(record.get("task") or "").rstrip())]
     for index, turn in enumerate(record["turns"], 1):
         style = "bold cyan" if turn.get("format_valid", True) else "bold red"
         parts.append(Text(f"\nturn {index} ({turn_note(turn)})", style="dim"))

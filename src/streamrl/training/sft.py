@@ -55,11 +55,8 @@ def tool_call_text(env: Env, action: str, codec: Any) -> str:
     if call is None:
         return action
     name, arguments = call
-    message = {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [{"type": "function", "id": "call_0", "function": {"name": name, "arguments": arguments}}],
-    }
+    message = {"role": "assistant", "content": "",
+               "tool_calls": [{"type": "function", "id": "call_0", "function": {"name": name, "arguments": arguments}}]}
     return codec.render_reply(message, tools=env.tools())
 
 
@@ -126,32 +123,25 @@ def demonstration_writer(config: Config, codec: Any) -> Writer:
     prompts = prompt_builder(config.env.name, config.env.prompt, config.env.tools)
     if config.env.tools:
         return lambda env, action, observation, info: tool_call_text(
-            env, prompts.shown_action(action, observation, info), codec
-        )
+            env, prompts.shown_action(action, observation, info), codec)
     # demonstrations are written the way the configured parser reads actions
     require_think = bool(getattr(make_parser(config.env.name, **config.env.parser), "require_think", False))
-    return lambda env, action, observation, info: action_text(
-        prompts.shown_action(action, observation, info), require_think
-    )
+    return lambda env, action, observation, info: action_text(prompts.shown_action(action, observation, info), require_think)
 
 
 def _demonstrator_factory(source: str, written: Writer, replays: dict[str, list[str]]) -> Callable[[Env], Demonstrator]:
     if source == "expert":
-
         def privileged(env: Env) -> Demonstrator:
             if not hasattr(env, "expert_action"):
                 raise ValueError(f"sft.source expert: environment {env.spec.name} has no expert_action()")
             return lambda observation, info: written(env, env.expert_action() or "look", observation, info)
-
         return privileged
     if source == "search_expert":
-
         def searching(env: Env) -> Demonstrator:
             if not hasattr(env, "searching_expert"):
                 raise ValueError(f"sft.source search_expert: environment {env.spec.name} has no searching_expert()")
             act = env.searching_expert()
             return lambda observation, info: written(env, act(observation, info), observation, info)
-
         return searching
 
     def replay(env: Env) -> Demonstrator:
@@ -161,9 +151,7 @@ def _demonstrator_factory(source: str, written: Writer, replays: dict[str, list[
             if not actions:
                 actions.append(iter(replays[info["task_id"]]))
             return next(actions[0], "")
-
         return act
-
     return replay
 
 
@@ -201,7 +189,7 @@ async def collect_demonstrations(config: Config, policy: Policy, heldout: bool =
         probe = make(config.env.name, **config.env.options)
         if heldout:
             goals = probe.task_ids(config.env.eval_split or probe.spec.eval_split)
-            task_ids = goals[max(0, len(goals) - sft.heldout_demos) :]
+            task_ids = goals[max(0, len(goals) - sft.heldout_demos):]
         else:
             # demonstrations come from train tasks the RL pool does not use
             task_ids = probe.task_ids("train", limit=config.env.train_tasks + sft.demos)[config.env.train_tasks :]
@@ -246,10 +234,8 @@ def entity_token_ids(config: Config, tokenizer: Any) -> torch.Tensor:
     added = tokenizer.get_added_vocab()
     missing = [token for token in entities if token not in added]
     if missing:
-        raise ValueError(
-            f"sft.shuffle_entities: the tokenizer has no single token for {len(missing)} entities "
-            f"(e.g. {missing[0]!r}); start from a tiny model with model.entity_tokens=true"
-        )
+        raise ValueError(f"sft.shuffle_entities: the tokenizer has no single token for {len(missing)} entities "
+                         f"(e.g. {missing[0]!r}); start from a tiny model with model.entity_tokens=true")
     return torch.tensor(sorted(added[token] for token in entities))
 
 
@@ -277,14 +263,8 @@ def imitation(policy: Policy, demos: list[Trajectory], batch_size: int = 8) -> d
         batch = collate(demos[start : start + batch_size], pad_id=policy.tokenizer.pad_token_id or 0)
         mask = batch.action_mask.bool()
         with policy.autocast():
-            out = forward_for_loss(
-                policy.model,
-                batch.input_ids,
-                batch.attention_mask,
-                token_mask=mask,
-                excluded_ids=policy.banned_token_ids,
-                with_entropy=False,
-            )
+            out = forward_for_loss(policy.model, batch.input_ids, batch.attention_mask, token_mask=mask,
+                                   excluded_ids=policy.banned_token_ids, with_entropy=False)
         logprobs = out.logprobs.float().cpu()
         nll -= float(logprobs[mask].sum())
         tokens += float(mask.sum())
@@ -307,10 +287,7 @@ def exact_actions(logprobs: torch.Tensor, action_mask: torch.Tensor) -> torch.Te
 
 
 def behaviour_cloning(
-    config: Config,
-    policy: Policy,
-    demos: list[Trajectory],
-    log: Callable[[int, dict], None] | None = None,
+    config: Config, policy: Policy, demos: list[Trajectory], log: Callable[[int, dict], None] | None = None,
     heldout: list[Trajectory] | None = None,
 ) -> dict[str, float]:
     """Minimise the NLL of demonstrated action tokens (plus ``sft.prompt_loss_weight`` x the prompt
@@ -334,13 +311,9 @@ def behaviour_cloning(
         rng.shuffle(order)
         total_loss, total_tokens, correct, started = 0.0, 0.0, 0.0, time.perf_counter()
         for start in range(0, len(order), sft.batch_size):
-            batch = collate(
-                [demos[i] for i in order[start : start + sft.batch_size]], pad_id=policy.tokenizer.pad_token_id or 0
-            )
+            batch = collate([demos[i] for i in order[start : start + sft.batch_size]], pad_id=policy.tokenizer.pad_token_id or 0)
             tokens = float(batch.action_mask.sum())
-            chunks = [
-                batch.rows(rows) for rows in micro_batches(batch, list(range(batch.num_rows)), optim.micro_batch_size)
-            ]
+            chunks = [batch.rows(rows) for rows in micro_batches(batch, list(range(batch.num_rows)), optim.micro_batch_size)]
             prompts = [_prompt_mask(t, policy.banned_token_ids) if sft.prompt_loss_weight else None for t in chunks]
             prompt_tokens = sum(float(p.sum()) for p in prompts if p is not None)
             for tensors, prompt in zip(chunks, prompts):
@@ -349,12 +322,9 @@ def behaviour_cloning(
                 mask = tensors["action_mask"].bool()
                 with policy.autocast():
                     out = forward_for_loss(
-                        model,
-                        tensors["input_ids"],
-                        tensors["attention_mask"],
+                        model, tensors["input_ids"], tensors["attention_mask"],
                         token_mask=mask if prompt is None else mask | prompt,
-                        excluded_ids=policy.banned_token_ids,
-                        with_entropy=False,
+                        excluded_ids=policy.banned_token_ids, with_entropy=False,
                     )
                 scored = out.logprobs  # [B, T], zero where unscored
                 loss = -(scored * mask).sum() / tokens

@@ -272,7 +272,9 @@ ROOMS: dict[str, RoomKind] = {
                 "shelf": (1, 3, 0.5),
                 "towelholder": (1, 1, 0.7),
             },
-            ("soapbar soapbottle spraybottle toiletpaper candle handtowel towel cloth dishsponge tissuebox").split(),
+            (
+                "soapbar soapbottle spraybottle toiletpaper candle handtowel towel cloth dishsponge tissuebox"
+            ).split(),
             ("pick_and_place_simple", "pick_clean_then_place_in_recep", "pick_two_obj_and_place"),
         ),
     ]
@@ -339,4 +341,7 @@ def resolve_task_type(value: str | int) -> TaskType:
         return TASK_TYPE_BY_ID[value]
     if isinstance(value, str) and value in TASK_TYPES:
         return TASK_TYPES[value]
-    raise ValueError(f"alfworld_lite: unknown task type {value!r} (use an id 1-6 or one of: {', '.join(TASK_TYPES)})")
+    raise ValueError(
+        f"alfworld_lite: unknown task type {value!r} "
+        f"(use an id 1-6 or one of: {', '.join(TASK_TYPES)})"
+    )

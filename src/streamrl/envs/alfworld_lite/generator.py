@@ -287,7 +287,11 @@ def _trim(
         counts: dict[str, int] = {}
         for kind, _ in slots:
             counts[kind] = counts.get(kind, 0) + 1
-        droppable = [slot for slot in slots if not contents[slot] and not (slot[0] in needed and counts[slot[0]] == 1)]
+        droppable = [
+            slot
+            for slot in slots
+            if not contents[slot] and not (slot[0] in needed and counts[slot[0]] == 1)
+        ]
         if not droppable:
             break
         slots.remove(max(droppable, key=lambda slot: (counts[slot[0]], slot[1], slot[0])))

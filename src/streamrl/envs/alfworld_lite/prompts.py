@@ -84,12 +84,7 @@ class AlfworldPromptBuilder(PromptBuilder):
         if admissible not in ("every", "first"):
             raise ValueError(f"alfworld prompt builder: admissible must be 'every' or 'first', got {admissible!r}")
         self.instruction = prompt_instruction(
-            "alfworld",
-            style,
-            history_length,
-            require_think,
-            instruction,
-            (THINK_INSTRUCTION, ACTION_INSTRUCTION),
+            "alfworld", style, history_length, require_think, instruction, (THINK_INSTRUCTION, ACTION_INSTRUCTION),
             "call execute with one admissible command" if tools else None,
         )
         self.style = style
@@ -118,16 +113,16 @@ class AlfworldPromptBuilder(PromptBuilder):
 
     # -- per-step prompts ------------------------------------------------------------------------
 
-    def step_messages(
-        self, initial_observation: str, history: History, observation: str, info: dict[str, Any]
-    ) -> Messages:
+    def step_messages(self, initial_observation: str, history: History, observation: str, info: dict[str, Any]) -> Messages:
         if self.style == "verl":
             content = self._verl_step(initial_observation, history, observation, info)
         else:
             content = self._compact_step(initial_observation, history, observation, info)
         return [{"role": "user", "content": content}]
 
-    def _verl_step(self, initial: str, history: History, observation: str, info: dict[str, Any]) -> str:
+    def _verl_step(
+        self, initial: str, history: History, observation: str, info: dict[str, Any]
+    ) -> str:
         admissible = self._verl_admissible(info)
         if not history:
             return (
@@ -148,7 +143,9 @@ class AlfworldPromptBuilder(PromptBuilder):
             f"Now it's your turn to take an action.\n{self.instruction}"
         )
 
-    def _compact_step(self, initial: str, history: History, observation: str, info: dict[str, Any]) -> str:
+    def _compact_step(
+        self, initial: str, history: History, observation: str, info: dict[str, Any]
+    ) -> str:
         lines = [f"Task: {task_of(initial)}"]
         if not history:
             lines.append(without_banner(observation))

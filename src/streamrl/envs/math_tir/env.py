@@ -231,12 +231,8 @@ class MathTIREnv(Env):
         self._tool_status = None
         if self._n_tool_calls >= self.max_tool_calls:
             self._close_sandbox_session()
-            return Step(
-                TOOL_LIMIT_MESSAGE.format(n=self.max_tool_calls),
-                truncated=True,
-                effective=False,
-                reason="max_tool_calls",
-            )
+            return Step(TOOL_LIMIT_MESSAGE.format(n=self.max_tool_calls), truncated=True, effective=False,
+                        reason="max_tool_calls")
         result = self._execute(code)
         self._n_tool_calls += 1
         self._tool_errors += result.status in _FAILED
@@ -252,13 +248,8 @@ class MathTIREnv(Env):
             return Step(self._format_hint, effective=False, valid=False)
         self._pred, self._correct = outcome.pred, outcome.correct
         self._close_sandbox_session()
-        return Step(
-            f"Final answer received: {outcome.pred}",
-            reward=float(outcome.correct),
-            done=True,
-            won=outcome.correct,
-            reason="answered",
-        )
+        return Step(f"Final answer received: {outcome.pred}", reward=float(outcome.correct), done=True,
+                    won=outcome.correct, reason="answered")
 
     def _execute(self, code: str) -> SandboxResult:
         """Run ``code``; a sandbox failure becomes a ``crashed`` result, never an exception."""

@@ -55,8 +55,6 @@ class Subcategory:
     price: tuple[float, float] = (10.0, 60.0)
 
 
-# a data table: one subcategory per block reads better than one string per line
-# fmt: off
 SUBCATEGORIES: tuple[Subcategory, ...] = (
     Subcategory(
         "fashion", ("Clothing, Shoes & Jewelry", "Men", "Clothing"),
@@ -179,37 +177,11 @@ SUBCATEGORIES: tuple[Subcategory, ...] = (
          "low sodium"),
         {"flavor name": DRINK_FLAVORS, "size": OUNCES}, (4.0, 40.0)),
 )
-# fmt: on
 
 CATEGORIES = ("fashion", "makeup", "electronics", "furniture", "food")
 
-_BRAND_START = (
-    "bel",
-    "cor",
-    "dav",
-    "el",
-    "fen",
-    "gal",
-    "hol",
-    "iv",
-    "jun",
-    "kel",
-    "lum",
-    "mar",
-    "nov",
-    "or",
-    "pel",
-    "quin",
-    "ros",
-    "sol",
-    "tav",
-    "ul",
-    "ven",
-    "wil",
-    "xan",
-    "yor",
-    "zel",
-)
+_BRAND_START = ("bel", "cor", "dav", "el", "fen", "gal", "hol", "iv", "jun", "kel", "lum", "mar", "nov", "or",
+                "pel", "quin", "ros", "sol", "tav", "ul", "ven", "wil", "xan", "yor", "zel")
 _BRAND_END = ("ara", "ix", "ona", "ett", "ley", "ora", "um", "ano", "ice", "ova", "ind", "esk")
 
 _FEATURE_TEMPLATES = (

@@ -85,15 +85,8 @@ class WebshopLiteEnv(Env):
             if arg == "buy now":
                 reward, bought = self._buy()
                 won = reward == 1.0
-                return Step(
-                    self._observation,
-                    reward=reward,
-                    done=True,
-                    won=won,
-                    score=100.0 * reward,
-                    reason="won" if won else "purchased",
-                    info=bought,
-                )
+                return Step(self._observation, reward=reward, done=True, won=won, score=100.0 * reward,
+                            reason="won" if won else "purchased", info=bought)
             self._click(arg)
         else:
             return Step(self._observation, effective=False, valid=valid, info={"invalid_action": True})
@@ -164,15 +157,8 @@ class WebshopLiteEnv(Env):
 
     def state(self) -> dict[str, Any]:
         """The session (page, keywords, result page, product, chosen options), for tools and tests."""
-        return {
-            "page": self._page,
-            "keywords": self._keywords,
-            "page_no": self._page_no,
-            "asin": self._asin,
-            "sub": self._sub,
-            "options": dict(self._options),
-            "results": list(self._results),
-        }
+        return {"page": self._page, "keywords": self._keywords, "page_no": self._page_no, "asin": self._asin,
+                "sub": self._sub, "options": dict(self._options), "results": list(self._results)}
 
     def searching_expert(self) -> Callable[[str, dict[str, Any]], str]:
         """The non-privileged shopper for the episode just reset: it searches with the goal text and
@@ -211,14 +197,7 @@ class WebshopLiteEnv(Env):
 
     def _click(self, clickable: str) -> None:
         if clickable == "back to search":
-            self._page, self._keywords, self._results, self._asin, self._sub, self._options = (
-                "search",
-                "",
-                [],
-                None,
-                None,
-                {},
-            )
+            self._page, self._keywords, self._results, self._asin, self._sub, self._options = "search", "", [], None, None, {}
         elif self._page == "results":
             if clickable == "next >":
                 self._page_no += 1
@@ -264,7 +243,5 @@ class WebshopLiteEnv(Env):
             self._observation, self._clickables = text.item_page(instruction, self.catalog.by_asin[self._asin])
         else:
             assert self._asin is not None and self._sub is not None
-            self._observation, self._clickables = text.sub_page(
-                instruction, self.catalog.by_asin[self._asin], self._sub
-            )
+            self._observation, self._clickables = text.sub_page(instruction, self.catalog.by_asin[self._asin], self._sub)
         self._has_search_bar = self._page == "search"

@@ -66,12 +66,9 @@ class Shopper:
             return f"search[{self.body}]"
         if "buy now" in clickables:
             return self._item(parts, clickables, left)
-        if (
-            "< prev" in clickables
-            and "back to search" in clickables
-            and not any(c.startswith("b0") for c in clickables)
-            and self.current is not None
-        ):  # a description / features / reviews page
+        if "< prev" in clickables and "back to search" in clickables and not any(
+            c.startswith("b0") for c in clickables
+        ) and self.current is not None:  # a description / features / reviews page
             self.checked = all(a in observation.lower() for a in self._attribute_words())
             return "click[< prev]"
         return self._results(parts, clickables)
@@ -104,7 +101,7 @@ class Shopper:
     def _item(self, parts: list[str], clickables: list[str], left: int) -> str:
         missing = [v for v in self.options.values() if v not in clickables]
         text = SEP.join(parts).lower()
-        price = next((float(p[len("Price: $") :]) for p in parts if p.startswith("Price: $")), float("inf"))
+        price = next((float(p[len("Price: $"):]) for p in parts if p.startswith("Price: $")), float("inf"))
         wanted = [v for v in self.options.values() if v in clickables]
         title_ok = all(a in text for a in self._attribute_words())
         acceptable = not missing and price <= self.bound
@@ -133,9 +130,8 @@ class RandomShopper:
         return f"search[{info['instruction']}]" if action == SEARCH_PLACEHOLDER else action
 
 
-def evaluate(
-    env: Any, policy: Callable[[Any, str, dict[str, Any]], str], split: str = "test", limit: int | None = None
-) -> dict[str, float]:
+def evaluate(env: Any, policy: Callable[[Any, str, dict[str, Any]], str], split: str = "test",
+             limit: int | None = None) -> dict[str, float]:
     """Play ``policy(env, observation, info) -> action`` once on each task of ``split``."""
     won = score = 0.0
     task_ids = env.task_ids(split, limit=limit)

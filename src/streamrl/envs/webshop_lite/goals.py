@@ -29,9 +29,8 @@ def _attribute_text(attributes: list[str]) -> str:
     return ", ".join(attributes[:-1]) + " and " + attributes[-1]
 
 
-def _instruction(
-    rng: random.Random, product: dict[str, Any], attributes: list[str], options: dict[str, str], price_upper: float
-) -> str:
+def _instruction(rng: random.Random, product: dict[str, Any], attributes: list[str], options: dict[str, str],
+                 price_upper: float) -> str:
     lead = rng.choice(_LEADS)
     kind = product["query"]
     attrs = _attribute_text(attributes)
@@ -92,10 +91,8 @@ def build_goals(seed: int = DEFAULT_SEED) -> Goals:
     rng = random.Random(f"webshop_lite/goals/{seed}")
     goals = [_goal(product, rng) for product in catalog.products]
     random.Random(233 + seed).shuffle(goals)  # WebShop shuffles its goals with random.seed(233)
-    return Goals(
-        {
-            "train": tuple(goals[TEST_SIZE + EVAL_SIZE :]),
-            "eval": tuple(goals[TEST_SIZE : TEST_SIZE + EVAL_SIZE]),
-            "test": tuple(goals[:TEST_SIZE]),
-        }
-    )
+    return Goals({
+        "train": tuple(goals[TEST_SIZE + EVAL_SIZE :]),
+        "eval": tuple(goals[TEST_SIZE : TEST_SIZE + EVAL_SIZE]),
+        "test": tuple(goals[:TEST_SIZE]),
+    })

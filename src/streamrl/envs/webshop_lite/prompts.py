@@ -81,12 +81,7 @@ class WebshopPromptBuilder(PromptBuilder):
         tools: bool = False,
     ):
         self.instruction = prompt_instruction(
-            "webshop",
-            style,
-            history_length,
-            require_think,
-            instruction,
-            (THINK_INSTRUCTION, ACTION_INSTRUCTION),
+            "webshop", style, history_length, require_think, instruction, (THINK_INSTRUCTION, ACTION_INSTRUCTION),
             "call search or click with one admissible action" if tools else None,
         )
         if number_results and style != "compact":
@@ -111,10 +106,8 @@ class WebshopPromptBuilder(PromptBuilder):
 
     def first_message(self, observation: str, info: dict[str, Any]) -> str:
         if self.style == "verl":
-            return (
-                f"Your task is to: {_task(observation, info)}.\n"
-                f"Your current observation is: {self._quoted(observation)}.\n{self._verl_actions(info)}"
-            )
+            return (f"Your task is to: {_task(observation, info)}.\n"
+                    f"Your current observation is: {self._quoted(observation)}.\n{self._verl_actions(info)}")
         return f"Task: {_task(observation, info)}\n{self._compact_page(observation, info)}\n{self.instruction}"
 
     def next_message(self, observation: str, info: dict[str, Any]) -> str:
@@ -124,9 +117,7 @@ class WebshopPromptBuilder(PromptBuilder):
 
     # -- per-step prompts ------------------------------------------------------------------------
 
-    def step_messages(
-        self, initial_observation: str, history: History, observation: str, info: dict[str, Any]
-    ) -> Messages:
+    def step_messages(self, initial_observation: str, history: History, observation: str, info: dict[str, Any]) -> Messages:
         task = _task(initial_observation, info)
         if self.style == "verl":
             content = self._verl_step(task, history, observation, info)
@@ -151,8 +142,7 @@ class WebshopPromptBuilder(PromptBuilder):
         ]
         prompt = (
             f"{EXPERT_SENTENCE}\nYour task is to: {task}.\nPrior to this step, you have already taken {taken} step(s). "
-            f"Below are the most recent {shown} observations and the corresponding actions you took: "
-            + " ".join(lines)
+            f"Below are the most recent {shown} observations and the corresponding actions you took: " + " ".join(lines)
             + f"\nYou are now at step {taken + 1} and your current observation is: {self._quoted(observation)}.\n"
             f"{self._verl_actions(info)}\n\nNow it's your turn to take one action for the current step.\n{self.instruction}"
         )
@@ -160,7 +150,7 @@ class WebshopPromptBuilder(PromptBuilder):
 
     def _compact_step(self, task: str, history: History, observation: str, info: dict[str, Any]) -> str:
         lines = [f"Task: {task}"]
-        lines += [f"> {action}" for _, action in history[max(0, len(history) - self.history_length) :]]
+        lines += [f"> {action}" for _, action in history[max(0, len(history) - self.history_length):]]
         lines += [self._compact_page(observation, info), self.instruction]
         return "\n".join(lines)
 

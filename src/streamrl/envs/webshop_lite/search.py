@@ -35,9 +35,7 @@ class SearchEngine:
         try:
             import bm25s
         except ImportError as error:  # pragma: no cover - bm25s is a core dependency
-            raise ImportError(
-                f"webshop_lite needs the 'bm25s' package for search ({error}); pip install bm25s"
-            ) from error
+            raise ImportError(f"webshop_lite needs the 'bm25s' package for search ({error}); pip install bm25s") from error
         self.asins = asins
         self._retriever = bm25s.BM25(k1=0.9, b=0.4, method="lucene")
         self._retriever.index([tokenize(d) or ["<empty>"] for d in documents], show_progress=False)

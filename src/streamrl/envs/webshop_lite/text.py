@@ -30,9 +30,7 @@ def search_page(instruction: str) -> tuple[str, list[str]]:
     return SEP.join(["WebShop", "Instruction:", instruction, "Search"]), ["search"]
 
 
-def results_page(
-    instruction: str, products: list[dict[str, Any]], page: int, total: int, per_page: int
-) -> tuple[str, list[str]]:
+def results_page(instruction: str, products: list[dict[str, Any]], page: int, total: int, per_page: int) -> tuple[str, list[str]]:
     parts = ["Instruction:", instruction, BACK_TO_SEARCH, f"Page {page} (Total results: {total})"]
     clickables = [BACK_TO_SEARCH.lower()]
     if page > 1:
@@ -71,19 +69,8 @@ def sub_page(instruction: str, product: dict[str, Any], which: str) -> tuple[str
 
 def done_page(instruction: str, asin: str, options: dict[str, str], reward: float) -> str:
     chosen = ", ".join(f"{k}: {v}" for k, v in options.items()) or "none"
-    return SEP.join(
-        [
-            THANK_YOU,
-            "Purchased",
-            asin,
-            "Options",
-            chosen,
-            "Instruction:",
-            instruction,
-            "Your score (min 0.0, max 1.0)",
-            f"{reward:.4g}",
-        ]
-    )
+    return SEP.join([THANK_YOU, "Purchased", asin, "Options", chosen, "Instruction:", instruction,
+                     "Your score (min 0.0, max 1.0)", f"{reward:.4g}"])
 
 
 def admissible(has_search_bar: bool, clickables: list[str]) -> list[str]:

@@ -29,16 +29,9 @@ class PPO(Stateless):
         optim = setup.optim
         betas = cast("tuple[float, float]", tuple(optim.betas))  # validated as a pair
         self.critic = CriticUpdater(
-            setup.policy,
-            lr=config.critic_lr,
-            betas=betas,
-            weight_decay=optim.weight_decay,
-            eps=optim.eps,
-            grad_clip=optim.grad_clip,
-            micro_batch_size=optim.micro_batch_size,
-            epochs=config.epochs,
-            value_clip=config.value_clip,
-            gradient_checkpointing=setup.gradient_checkpointing,
+            setup.policy, lr=config.critic_lr, betas=betas, weight_decay=optim.weight_decay, eps=optim.eps,
+            grad_clip=optim.grad_clip, micro_batch_size=optim.micro_batch_size,
+            epochs=config.epochs, value_clip=config.value_clip, gradient_checkpointing=setup.gradient_checkpointing,
         )
 
     def prompt_source(self, prompt_ids: list[str]) -> PromptSource:

@@ -70,14 +70,8 @@ class SAPO(Stateless):
             last_values = bootstrap_values(batch, lambda positions: self.readout(flat_logits[positions]))
         q_padded = turns.padded(q_old)[0]
         targets = sapo_targets(
-            padded["rewards"],
-            padded["values"],
-            q_padded,
-            padded["dones"],
-            padded["mask"],
-            gamma=config.gamma,
-            lam=config.lam,
-            last_values=last_values,
+            padded["rewards"], padded["values"], q_padded, padded["dones"], padded["mask"],
+            gamma=config.gamma, lam=config.lam, last_values=last_values,
         )
         acting = turns.action_tokens > 0  # an aborted turn (no action tokens) keeps only its V target
         adv_padded = sapo_advantages(
@@ -96,17 +90,12 @@ class SAPO(Stateless):
             value_saturation_frac=value_saturation_frac(torch.cat([v_old, q_old]), self.r_max),
         )
         own = SAPOTargets(
-            v_old=v_old,
-            q_old=q_old,
-            v_target=turns.flat(targets.v_targets),
-            q_target=turns.flat(targets.q_targets),
+            v_old=v_old, q_old=q_old, v_target=turns.flat(targets.v_targets), q_target=turns.flat(targets.q_targets),
             q_valid=acting,
         )
         return Prepared(turn_advantages=adv, policy_turns=acting, targets=own, metrics=metrics)
 
-    def auxiliary_loss(
-        self, prepared: Prepared[SAPOTargets], micro: MicroBatch, out: ScoreOutput, counts: Counts
-    ) -> Auxiliary:
+    def auxiliary_loss(self, prepared: Prepared[SAPOTargets], micro: MicroBatch, out: ScoreOutput, counts: Counts) -> Auxiliary:
         """The V and Q losses of the micro-batch's turns, averaged over the mini-batch's turns."""
         config, targets, ids = self.config, prepared.targets, micro.turn_ids
         # ``advantages`` set the targets, and reads_values makes the training forward read the value tokens
@@ -115,23 +104,13 @@ class SAPO(Stateless):
         q_values = self.readout(out.value_logits[micro.post_positions])
         all_turns = torch.ones_like(ids, dtype=torch.bool)
         value_loss = sapo_value_loss(
-            values,
-            targets.v_old[ids].to(values.dtype),
-            targets.v_target[ids].to(values.dtype),
-            all_turns,
-            r_max=self.r_max,
-            clip=config.value_clip,
-            global_count=counts.turns,
+            values, targets.v_old[ids].to(values.dtype), targets.v_target[ids].to(values.dtype), all_turns,
+            r_max=self.r_max, clip=config.value_clip, global_count=counts.turns,
         )
         q_count = float((targets.q_valid & counts.turn_mask).sum())
         q_loss = sapo_value_loss(
-            q_values,
-            targets.q_old[ids].to(q_values.dtype),
-            targets.q_target[ids].to(q_values.dtype),
-            targets.q_valid[ids],
-            r_max=self.r_max,
-            clip=config.value_clip,
-            global_count=q_count,
+            q_values, targets.q_old[ids].to(q_values.dtype), targets.q_target[ids].to(q_values.dtype), targets.q_valid[ids],
+            r_max=self.r_max, clip=config.value_clip, global_count=q_count,
         )
         loss = config.value_coef * value_loss + config.q_coef * q_loss
         return Auxiliary(loss, {"value_loss": float(value_loss.detach()), "q_loss": float(q_loss.detach())})

@@ -54,12 +54,7 @@ class TrackerSource:
 
     def on_result(self, trajectory: Trajectory) -> None:
         if self.freeze and trajectory.outcome is not None and trajectory.dispatch.z is not None:
-            self.tracker.record(
-                trajectory.prompt_id,
-                trajectory.dispatch.z,
-                clamp_reward(self.tracker, self.outcome(trajectory)),
-                trajectory.request_id,
-            )
+            self.tracker.record(trajectory.prompt_id, trajectory.dispatch.z, clamp_reward(self.tracker, self.outcome(trajectory)), trajectory.request_id)
 
     def on_publish(self, version: int) -> None:
         if self.freeze:

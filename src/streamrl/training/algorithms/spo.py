@@ -62,11 +62,7 @@ class SPO(Defaults):
         return {"policy_drift": drift, "rho_mean": sum(rhos) / len(rhos) if rhos else 0.0}
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "tracker": self.tracker.state_dict(),
-            "total_drift": self.total_drift,
-            "drift_at_visit": dict(self.drift_at_visit),
-        }
+        return {"tracker": self.tracker.state_dict(), "total_drift": self.total_drift, "drift_at_visit": dict(self.drift_at_visit)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.tracker.load_state_dict(state["tracker"])

@@ -38,9 +38,7 @@ class SPOPlusPlus(Defaults):
         if not self.event_time:  # receipt order: read now, before ``after_update`` absorbs the batch
             return self.tracker.baseline(trajectory.prompt_id)
         if trajectory.dispatch.baseline is None:
-            raise RuntimeError(
-                f"trajectory {trajectory.request_id} carries no frozen baseline (was it dispatched by SPO++?)"
-            )
+            raise RuntimeError(f"trajectory {trajectory.request_id} carries no frozen baseline (was it dispatched by SPO++?)")
         return trajectory.dispatch.baseline
 
     def advantages(self, batch: Batch, old: Any, step: int) -> Prepared:
@@ -50,9 +48,7 @@ class SPOPlusPlus(Defaults):
         if not self.event_time:  # event time records each result on arrival (``TrackerSource``)
             for t in delivered:
                 if t.outcome is not None:
-                    self.tracker.record(
-                        t.prompt_id, self.tracker.z, clamp_reward(self.tracker, self.setup.outcome(t)), t.request_id
-                    )
+                    self.tracker.record(t.prompt_id, self.tracker.z, clamp_reward(self.tracker, self.setup.outcome(t)), t.request_id)
         return {"event_z": self.tracker.z}
 
     def state_dict(self) -> dict[str, Any]:
