@@ -17,11 +17,18 @@ processor's efficiency on our work; with one thread it equals the wall figure on
 Like ``streamrl train``, the process keeps freed memory (``train.allocator.keep_freed_memory``);
 without it, on a virtual machine, most of an update's time can go to page faults.
 
+``--top-layers 30,15,6`` (with ``--lora R``: the RL config's adapters on q/k/v/o) times the same
+update with only the top N blocks trained (``model.train_top_layers``), the way ``Learner`` limits
+them (value rows frozen), and prints each setting's update time against the first one's (the
+FLOP count assumes a full backward pass, so fractions of peak overstate a partly frozen model's).
+
 Usage:
     python benchmarks/learner_throughput.py [--quick] [--model tiny|smollm2-135m|all] [--threads N]
+        [--lora R] [--top-layers N,N,...] [--rows R --tokens MIN-MAX --micro M]
 
 The last line is ``RESULT peak_fraction=<smollm2 (tiny when not run), wall clock>
-cpu_peak_fraction=<the same per CPU-second> peak_gflops=... smollm2_tokens_per_s=... tiny_...``.
+cpu_peak_fraction=<the same per CPU-second> peak_gflops=... smollm2_tokens_per_s=... tiny_...``;
+with ``--top-layers`` it also gives ``top<N>_ratio=<update s with N blocks / with the first N>``.
 """
 
 from __future__ import annotations
@@ -77,8 +84,14 @@ def update_flops(config, attention: torch.Tensor, action: torch.Tensor, layer_pa
     return 3 * (2 * layer_params * tokens + scores + head)
 
 
-def bench_model(spec: str, rows: int, shortest: int, longest: int, micro: int, peak: float) -> dict[str, float]:
-    policy = load_policy(spec, dtype="float32")  # the peak is float32's; auto picks it here anyway
+def bench_model(
+    spec: str, rows: int, shortest: int, longest: int, micro: int, peak: float,
+    lora_r: int | None = None, top_layers: int | None = None,
+) -> dict[str, float]:
+    lora = None if lora_r is None else {"r": lora_r, "alpha": 2 * lora_r}
+    policy = load_policy(spec, dtype="float32", lora=lora)  # the peak is float32's; auto picks it here anyway
+    if top_layers is not None:
+        policy.limit_training(top_layers=top_layers, value_rows=False)  # as Learner does for all but SAPO
     model, config = policy.model, policy.model.config
     layer_params = sum(p.numel() for name, p in model.named_parameters() if ".layers." in name and p.dim() == 2)
     ids, attention, action = make_batch(config.vocab_size, rows, shortest, longest)
@@ -112,13 +125,14 @@ def bench_model(spec: str, rows: int, shortest: int, longest: int, micro: int, p
     flops = update_flops(config, attention, action, layer_params)
     gflops, cpu_gflops = flops / elapsed / 1e9, flops / cpu / 1e9
     padded = sum(len(part) * int(attention[part].sum(-1).max()) for part in micros)
+    trained = "all blocks" if top_layers is None else f"top {top_layers} blocks"
     print(
-        f"\n== {spec}: {rows} rows of {shortest}-{longest} tokens ({tokens:.0f} real, padding "
+        f"\n== {spec} ({'full' if lora_r is None else f'LoRA r={lora_r}'}, {trained}): {rows} rows of {shortest}-{longest} tokens ({tokens:.0f} real, padding "
         f"{1 - tokens / padded:.1%}), micro-batches of {micro}\n"
         f"   update {elapsed:.2f} s: {tokens / elapsed:8.1f} tok/s, {gflops:6.1f} GFLOP/s = {gflops / peak:.0%} of peak\n"
         f"   per CPU-second ({cpu:.2f} s): {cpu_gflops:6.1f} GFLOP/s = {cpu_gflops / peak:.0%} of peak"
     )
-    return {"tokens_per_s": tokens / elapsed, "gflops": gflops, "peak_fraction": gflops / peak,
+    return {"update_s": elapsed, "tokens_per_s": tokens / elapsed, "gflops": gflops, "peak_fraction": gflops / peak,
             "cpu_peak_fraction": cpu_gflops / peak}
 
 
@@ -127,6 +141,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller batches (under a minute on a 2-core machine)")
     parser.add_argument("--model", default="all", choices=["tiny", "smollm2-135m", "all"])
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the peak is measured with the same)")
+    parser.add_argument("--lora", type=int, default=None, metavar="R", help="LoRA rank on q/k/v/o (default: train the whole model)")
+    parser.add_argument("--top-layers", default=None, help="comma-separated block counts to train, e.g. 30,15,6")
+    parser.add_argument("--rows", type=int, help="rows per update (overrides the preset shape)")
+    parser.add_argument("--tokens", help="row lengths MIN-MAX (overrides the preset shape)")
+    parser.add_argument("--micro", type=int, help="rows per micro-batch (overrides the preset shape)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     kept = keep_freed_memory()  # as training does: freed tensors stay in the process
@@ -136,20 +155,34 @@ def main() -> None:
         "tiny": (16, 64, 256, 8) if args.quick else (64, 128, 512, 8),
         "smollm2-135m": (4, 64, 192, 4) if args.quick else (32, 128, 512, 4),
     }
+    for spec, (rows, shortest, longest, micro) in shapes.items():
+        if args.tokens:
+            shortest, longest = (int(part) for part in args.tokens.split("-"))
+        shapes[spec] = (args.rows or rows, shortest, longest, args.micro or micro)
     specs = list(shapes) if args.model == "all" else [args.model]
+    sweep = [None] if args.top_layers is None else [int(n) for n in args.top_layers.split(",")]
     peak = max(matmul_gflops(1024, 1024, 1024), matmul_gflops(1024, 576, 1536))
     print(f"processor: {processor_name()}; torch CPU capability {torch.backends.cpu.get_cpu_capability()}")
     print(f"float32 matmul peak ({args.threads} threads): {peak:.1f} GFLOP/s; freed memory kept: {kept}")
     results: dict[str, dict[str, float]] = {}
+    ratios: dict[str, float] = {}
     for spec in specs:
         try:
-            results[spec] = bench_model(spec, *shapes[spec], peak)
+            runs = [bench_model(spec, *shapes[spec], peak, args.lora, top) for top in sweep]
         except MissingDependencyError as exc:
             print(f"\n== {spec}: skipped ({exc})")
+            continue
+        results[spec] = runs[0]
+        if args.top_layers is not None:
+            print(f"\n{spec}: update time against the top {sweep[0]} blocks trained")
+            for top, run in zip(sweep, runs):
+                ratios[f"{spec.split('-')[0]}_top{top}_ratio"] = run["update_s"] / runs[0]["update_s"]
+                print(f"   top {top:3d}: {run['update_s']:7.2f} s  x{run['update_s'] / runs[0]['update_s']:.2f}")
     headline = results.get("smollm2-135m", results.get("tiny", {}))
     fields = [f"{key}={headline.get(key, float('nan')):.2f}" for key in ("peak_fraction", "cpu_peak_fraction")]
     fields.append(f"peak_gflops={peak:.1f}")
     fields += [f"{spec.split('-')[0]}_{key}={value:.2f}" for spec, values in results.items() for key, value in values.items()]
+    fields += [f"{key}={value:.2f}" for key, value in ratios.items()]
     fields.append(f"wall_s={time.perf_counter() - started:.0f}")
     print("RESULT " + " ".join(fields))
 
