@@ -48,6 +48,7 @@ from streamrl.policy.dtype_choice import processor_name  # noqa: E402
 from streamrl.policy.errors import MissingDependencyError  # noqa: E402
 from streamrl.policy.scoring import forward_for_loss  # noqa: E402
 from streamrl.training.allocator import keep_freed_memory  # noqa: E402
+from streamrl.training.config import LoraConfig  # noqa: E402
 from streamrl.training.optim import adamw  # noqa: E402
 
 
@@ -88,7 +89,8 @@ def bench_model(
     spec: str, rows: int, shortest: int, longest: int, micro: int, peak: float,
     lora_r: int | None = None, top_layers: int | None = None,
 ) -> dict[str, float]:
-    lora = None if lora_r is None else {"r": lora_r, "alpha": 2 * lora_r}
+    # the config's adapter (its target modules, alpha = 2r as the RL config has it)
+    lora = None if lora_r is None else LoraConfig(r=lora_r, alpha=2 * lora_r).model_dump()
     policy = load_policy(spec, dtype="float32", lora=lora)  # the peak is float32's; auto picks it here anyway
     if top_layers is not None:
         policy.limit_training(top_layers=top_layers, value_rows=False)  # as Learner does for all but SAPO
@@ -125,9 +127,10 @@ def bench_model(
     flops = update_flops(config, attention, action, layer_params)
     gflops, cpu_gflops = flops / elapsed / 1e9, flops / cpu / 1e9
     padded = sum(len(part) * int(attention[part].sum(-1).max()) for part in micros)
-    trained = "all blocks" if top_layers is None else f"top {top_layers} blocks"
+    trained = "full" if lora_r is None else f"LoRA r={lora_r}"
+    trained += ", all blocks" if top_layers is None else f", top {top_layers} blocks"
     print(
-        f"\n== {spec} ({'full' if lora_r is None else f'LoRA r={lora_r}'}, {trained}): {rows} rows of {shortest}-{longest} tokens ({tokens:.0f} real, padding "
+        f"\n== {spec} ({trained}): {rows} rows of {shortest}-{longest} tokens ({tokens:.0f} real, padding "
         f"{1 - tokens / padded:.1%}), micro-batches of {micro}\n"
         f"   update {elapsed:.2f} s: {tokens / elapsed:8.1f} tok/s, {gflops:6.1f} GFLOP/s = {gflops / peak:.0%} of peak\n"
         f"   per CPU-second ({cpu:.2f} s): {cpu_gflops:6.1f} GFLOP/s = {cpu_gflops / peak:.0%} of peak"
@@ -176,8 +179,9 @@ def main() -> None:
         if args.top_layers is not None:
             print(f"\n{spec}: update time against the top {sweep[0]} blocks trained")
             for top, run in zip(sweep, runs):
-                ratios[f"{spec.split('-')[0]}_top{top}_ratio"] = run["update_s"] / runs[0]["update_s"]
-                print(f"   top {top:3d}: {run['update_s']:7.2f} s  x{run['update_s'] / runs[0]['update_s']:.2f}")
+                ratio = run["update_s"] / runs[0]["update_s"]
+                ratios[f"{spec.split('-')[0]}_top{top}_ratio"] = ratio
+                print(f"   top {top:3d}: {run['update_s']:7.2f} s  x{ratio:.2f}")
     headline = results.get("smollm2-135m", results.get("tiny", {}))
     fields = [f"{key}={headline.get(key, float('nan')):.2f}" for key in ("peak_fraction", "cpu_peak_fraction")]
     fields.append(f"peak_gflops={peak:.1f}")
