@@ -87,12 +87,13 @@ def test_unknown_warm_start_is_a_one_line_error_naming_the_shipped_ones():
         load_policy("warm-start:nope")
 
 
-def test_a_shipped_adapter_names_no_machine_path_and_sits_on_the_local_base(tmp_path):
+@pytest.mark.parametrize("name", ["alfworld_lite-smollm2", "alfworld_lite-smollm2-rl"])
+def test_a_shipped_adapter_names_no_machine_path_and_sits_on_the_local_base(tmp_path, name):
     import warnings
 
-    folder = shipped_warm_starts()["alfworld_lite-smollm2"]
+    folder = shipped_warm_starts()[name]
     assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] is None
-    policy = load_policy("warm-start:alfworld_lite-smollm2")
+    policy = load_policy(f"warm-start:{name}")
     (adapter,) = policy.model.peft_config.values()
     assert (Path(adapter.base_model_name_or_path) / "config.json").is_file()  # the local converted SmolLM2
     with warnings.catch_warnings():
