@@ -47,14 +47,19 @@ RUN_SECTIONS = (*SECTIONS, "algo", "optim", "train")
 BUILD_OVERRIDES = ["model.dtype=float32"]
 
 
-def portable_adapter_config(folder: Path) -> None:
+def portable_adapter(folder: Path) -> None:
     """A shipped adapter names no base folder of the build machine (``load_policy`` rebuilds the base
-    from the recipe in streamrl_policy.json wherever it runs)."""
+    from the recipe in streamrl_policy.json wherever it runs), so PEFT's generated model card goes
+    too: it is a blank template whose front matter names that folder, and warm_start.json is the
+    asset's card."""
     path = folder / "adapter_config.json"
     if path.is_file():
         config = json.loads(path.read_text(encoding="utf-8"))
         config["base_model_name_or_path"] = None
+        if isinstance(config.get("target_modules"), list):  # PEFT writes a set: its order varies per process
+            config["target_modules"] = sorted(config["target_modules"])
         path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        (folder / "README.md").unlink(missing_ok=True)
 
 
 def device_name(device: str) -> str:
@@ -97,7 +102,7 @@ def build(config_path: Path, name: str, overrides: list[str] = ()) -> dict:
     with tempfile.TemporaryDirectory(dir=ROOT.parent) as tmp:
         staged = Path(tmp) / name
         policy.save(staged, tokenizer=not policy.is_lora)
-        portable_adapter_config(staged)
+        portable_adapter(staged)
         files = {p.name: sha256(p) for p in sorted(staged.iterdir()) if p.is_file()}
         record = {
             "name": name,
@@ -152,7 +157,7 @@ def ship_run(run: Path, config_path: Path, name: str, overrides: list[str] = ())
     with tempfile.TemporaryDirectory(dir=ROOT.parent) as tmp:
         staged = Path(tmp) / name
         policy.save(staged, tokenizer=False)
-        portable_adapter_config(staged)
+        portable_adapter(staged)
         before = summary.get("eval_before") or {}
         record = {
             "name": name,

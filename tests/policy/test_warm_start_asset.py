@@ -93,6 +93,9 @@ def test_a_shipped_adapter_names_no_machine_path_and_sits_on_the_local_base(tmp_
 
     folder = shipped_warm_starts()[name]
     assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] is None
+    for file in folder.iterdir():
+        if file.name != WARM_START_MANIFEST and file.suffix != ".safetensors":  # the record names its run
+            assert "/.cache/" not in file.read_text(), f"{file.name} names a folder of the build machine"
     policy = load_policy(f"warm-start:{name}")
     (adapter,) = policy.model.peft_config.values()
     assert (Path(adapter.base_model_name_or_path) / "config.json").is_file()  # the local converted SmolLM2
