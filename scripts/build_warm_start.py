@@ -56,8 +56,6 @@ def portable_adapter(folder: Path) -> None:
     if path.is_file():
         config = json.loads(path.read_text(encoding="utf-8"))
         config["base_model_name_or_path"] = None
-        if isinstance(config.get("target_modules"), list):  # PEFT writes a set: its order varies per process
-            config["target_modules"] = sorted(config["target_modules"])
         path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         (folder / "README.md").unlink(missing_ok=True)
 

@@ -227,6 +227,8 @@ class Policy:
             base_path = str(Path(base_model_path).resolve()) if base_model_path else self.base_model_folder()
             config = json.loads(adapter_config.read_text(encoding="utf-8"))
             config["base_model_name_or_path"] = base_path
+            if isinstance(config.get("target_modules"), list):  # PEFT writes a set: its order varies per process
+                config["target_modules"] = sorted(config["target_modules"])
             adapter_config.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         record = {
             "format": POLICY_FORMAT,
