@@ -91,3 +91,15 @@ def test_rollout_dtype_picks_the_engines_weights():
     assert load_config("configs/smoke.yaml", ["model.rollout_dtype=int8"]).model.rollout_dtype == "int8"
     with pytest.raises(ConfigError, match="model.rollout_dtype: .*int8 rollouts run on the hf engine on a CPU"):
         load_config("configs/smoke.yaml", ["model.device=cuda", "model.rollout_dtype=int8"])
+
+
+def test_int8_rollouts_of_a_bfloat16_policy_compute_in_float32():
+    """``dtype: auto`` gives bfloat16 on AMX machines; fbgemm's int8 linear takes float32 only."""
+    policy = load_policy(SMALL_TINY, seed=0, dtype="bfloat16")
+    engine = make_engine("hf", policy, rollout_dtype="int8")
+    try:
+        assert next(engine._model.parameters()).dtype == torch.float32
+        sampled = _sampled(engine, policy, count=2, tokens=4)
+    finally:
+        engine.close_sync()
+    assert all(result.error is None and len(result.token_ids) == 4 for _, result in sampled)

@@ -26,7 +26,9 @@ def make_engine(
     if kind == "hf":
         from streamrl.policy.hf_engine import HFEngine
 
-        dtype = "bfloat16" if rollout_dtype == "bfloat16" else None
+        # int8: what is not quantised (embeddings, norms, attention, down_proj) runs in float32, the
+        # dtype fbgemm's dynamic int8 linear takes and returns, whatever the policy's own dtype
+        dtype = {"bfloat16": "bfloat16", "int8": "float32"}.get(rollout_dtype)
         return HFEngine.from_policy(policy, dtype=dtype, version=version, seed=seed, threads=threads,
                                     int8=rollout_dtype == "int8")
     if rollout_dtype != "same":
