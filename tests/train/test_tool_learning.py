@@ -6,8 +6,8 @@ messages or masking the call ids stops this learning and fails the test.
 
 The warm start is behaviour cloning of the expert's calls run to competence (320 demonstrations x 15
 epochs on 1,000 training tasks: about 85% held-out success sampled at temperature 1), and RL and
-evaluation sample at temperature 1.5, where its calls fall apart: 72-95% of them are malformed and
-it succeeds 2-23% of the time. RL sharpens exactly that sampled policy; turns that are not a
+evaluation sample at temperature 1.5, where its calls fall apart: 66-95% of them are malformed and
+it succeeds 1.5-23% of the time (nine runs). RL sharpens exactly that sampled policy; turns that are not a
 well-formed call cost 0.5 (``reward.invalid_format_penalty``), as the default run charges malformed
 actions.
 
