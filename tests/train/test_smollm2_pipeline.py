@@ -10,7 +10,6 @@ zero and the learner rightly skips the update (nothing would be tested)."""
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 import torch
@@ -18,6 +17,7 @@ from safetensors.torch import load_file
 
 from streamrl.policy.loading import shipped_warm_starts
 from streamrl.training.config_files import load_config
+from streamrl.training.loggers import read_metrics
 from streamrl.training.loop import train
 from streamrl.training.run import load_run_policy
 from streamrl.training.sft import behaviour_cloning, collect_demonstrations
@@ -54,12 +54,11 @@ def test_two_rl_steps_from_the_shipped_warm_start_move_the_lora(tmp_path):
     run = tmp_path / "run"
     summary = asyncio.run(train(config, run, echo=lambda *_: None))
     assert summary["steps"] == 2 and summary["model"]["lora"]["r"] == 16
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert any(row["kind"] == "train" and not row.get("actor_skipped") for row in rows)
+    assert any(not row.get("actor_skipped") for row in read_metrics(run / "metrics.jsonl", "train"))
     before = load_file(shipped_warm_starts()["alfworld_lite-smollm2"] / "adapter_model.safetensors")
     after = load_file(run / "final_model" / "adapter_model.safetensors")
     assert before.keys() == after.keys() and before
     assert any(not torch.equal(before[k], after[k]) for k in before)  # RL moved the adapter
-    turns = [turn for line in (run / "samples.jsonl").read_text().splitlines() for turn in json.loads(line)["turns"]]
+    turns = [turn for record in read_metrics(run / "samples.jsonl") for turn in record["turns"]]
     assert turns and all(call["name"] == "execute" for turn in turns for call in turn["tool_calls"])
     assert any(turn["tool_calls"] for turn in turns)  # the warm start calls its tool, read by the parser
