@@ -39,7 +39,9 @@ class _Row:
     logprobs: list[float] = field(default_factory=list)
     slot: int = -1
     next_position: int = 0  # position id of the last sampled token, fed at the next step
-    prefix: Any = None  # (length, keys, values) of a reused prompt prefix (PrefixStore.take)
+    prefix: Any = None  # (length, keys, values, block inputs) of a reused prompt prefix (PrefixStore.take)
+    #: pieces of the captured block's inputs at every id fed so far (``capture_layer``)
+    inputs: list[torch.Tensor] = field(default_factory=list)
     cancelled: bool = False
     delivered: bool = False
 
@@ -61,6 +63,9 @@ class DecodeLoop:
             copies of their weights, made again at each ``update_weights`` (``fused_forward.int8_linear``);
             behaviour log-probs are the quantised policy's, so the learner's importance weights
             correct the mismatch.
+        capture_layer: keep the input of this decoder block at every id fed and return it with the
+            result (``GenerationResult.block_inputs``); needs the engine's own forward
+            (``captures`` says whether it is on).
     """
 
     def __init__(
@@ -74,6 +79,7 @@ class DecodeLoop:
         prefix_cache_tokens: int = 1 << 16,
         seed: int = 0,
         int8: bool = False,
+        capture_layer: int | None = None,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -86,6 +92,10 @@ class DecodeLoop:
                              "(Llama, SmolLM2, Qwen2, Qwen3) only")
         # the fused forward's head when it holds its own copy of the weight (packed float32 on CPU, or
         # int8): logits go through it
+        if self._fused is not None:
+            self._fused.capture_layer = capture_layer
+        #: the captured block (None: nothing kept, e.g. transformers' forward)
+        self.capture_layer = capture_layer if self._fused is not None else None
         head = self._fused.head if self._fused is not None else None
         self._packed_head = head if head is not None and head.own_copy else None
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
@@ -209,10 +219,11 @@ class DecodeLoop:
             # own storage (a view would pin the whole forward's q/k/v output); every layer is filled
             keys = [k[0].clone() for k in cast("list[torch.Tensor]", cache.keys)]
             values = [v[0].clone() for v in cast("list[torch.Tensor]", cache.values)]
-            self.prefixes.keep(tokens, keys, values, shared=True)
+            inputs = self._captured(0, length)
+            self.prefixes.keep(tokens, keys, values, shared=True, inputs=inputs)
             self.stats["prefill_tokens"] += length
             for i in members:
-                fresh[i].prefix = (length, keys, values)
+                fresh[i].prefix = (length, keys, values, inputs)
 
     def _prefill(self, group: list[_Row]) -> None:
         """One forward over the group's distinct prompts (identical prompts, e.g. a GRPO group's,
@@ -234,6 +245,9 @@ class DecodeLoop:
                 self.slab.place(slot, prefix[1], prefix[2], self.slab.end - len(new))
         cache = SlabPrefill(self.slab, slots, width, pad.to(self.device) if any(prefixes) else None)
         hidden = self._forward(input_ids, mask[:, None], positions, cache)
+        if self.capture_layer is not None:
+            for row, i in zip(group, source):  # a prefix kept without inputs leaves the row short: none reported
+                row.inputs = ([prefixes[i][3]] if prefixes[i] and prefixes[i][3] is not None else []) + [self._captured(i, len(news[i]))]
         logits = self._head(hidden[:, -1])[torch.tensor(source, device=self.device)]
         self.stats["prefill_tokens"] += sum(map(len, news))
         self.stats["reused_tokens"] += sum(reused)
@@ -276,6 +290,9 @@ class DecodeLoop:
         positions[index, 0] = torch.tensor([row.next_position for row in rows])
         slab.lo = int(slab.start[live].min())
         hidden = self._forward(inputs, slab.step_mask(live), positions, slab)
+        if self.capture_layer is not None:
+            for slot, row in zip(order, rows):
+                row.inputs.append(self._captured(slot, 1))
         slab.end += 1
         self.stats["decode_steps"] += 1
         self.stats["slot_steps"] += slab.slots
@@ -286,6 +303,14 @@ class DecodeLoop:
         for row in rows:
             if row not in going:
                 self._free(row)
+
+    def _captured(self, row: int, last: int) -> torch.Tensor | None:
+        """The captured block inputs of the last ``last`` queries of the forward's row ``row`` (own storage)."""
+        if self.capture_layer is None:
+            return None
+        captured = cast(FusedDecoder, self._fused).captured
+        assert captured is not None, "the forward ran the captured block"
+        return captured[row, captured.shape[1] - last :].clone()
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         """``[n, H]`` hidden states -> ``[n, V]`` logits (through the fused forward's packed head if any)."""
@@ -346,6 +371,7 @@ class DecodeLoop:
             row.request.prompt_ids + row.tokens[:-1],
             [k[slot, :, first : slab.end].clone() for k in slab.keys],
             [v[slot, :, first : slab.end].clone() for v in slab.values],
+            inputs=_fed_inputs(row),
         )
 
     def _finish_reason(self, row: _Row) -> FinishReason | None:
@@ -372,6 +398,7 @@ class DecodeLoop:
                 text = self.decode(row.tokens)
             except Exception as exc:  # a tokenizer failure must not lose the tokens
                 error = error or f"decode failed: {exc!r}"
+        inputs = _fed_inputs(row) if error is None else None
         row.deliver(
             GenerationResult(
                 request_id=getattr(row.request, "request_id", ""),
@@ -381,6 +408,8 @@ class DecodeLoop:
                 policy_version=row.version,
                 text=text,
                 error=error,
+                block_inputs=inputs,
+                block_inputs_layer=None if inputs is None else self.capture_layer,
             )
         )
 
@@ -448,3 +477,10 @@ class DecodeLoop:
 def _new_tokens(row: _Row) -> int:
     """Prompt tokens ``row`` must prefill: those after its reused prefix."""
     return len(row.request.prompt_ids) - (row.prefix[0] if row.prefix else 0)
+
+
+def _fed_inputs(row: _Row) -> torch.Tensor | None:
+    """The captured block inputs of every id ``row`` fed (its prompt, then each sampled id but the
+    last), or None when none were captured or some are missing."""
+    inputs = torch.cat(row.inputs) if row.inputs else None
+    return inputs if inputs is not None and inputs.shape[0] == len(row.request.prompt_ids) + len(row.tokens) - 1 else None

@@ -183,6 +183,9 @@ class FusedDecoder:
         self.head_dim = decoder.layers[0].self_attn.head_dim
         self.q_heads = config.num_attention_heads
         self.qk_heads = config.num_attention_heads + config.num_key_value_heads
+        #: the block whose input each call keeps in ``captured`` ``[B, Q, H]`` (None: none kept)
+        self.capture_layer: int | None = None
+        self.captured: torch.Tensor | None = None
 
     @classmethod
     def build(cls, model: Any, int8: bool = False) -> FusedDecoder | None:
@@ -215,11 +218,14 @@ class FusedDecoder:
     def __call__(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
         """``input_ids, positions [B, Q]``, bool ``mask [B, 1, Q, K]``, ``cache`` with transformers'
         ``update(key, value, layer)`` -> ``[B, Q, H]`` hidden states after the final norm
-        (``[B, 1, H]``, the last position, when ``Q > 1``)."""
+        (``[B, 1, H]``, the last position, when ``Q > 1``); the input of block ``capture_layer`` at
+        every position goes to ``captured``."""
         batch, queries = input_ids.shape
         hidden = self.embed(input_ids)
         cos, sin = self.rotary(hidden, positions)
         for index, layer in enumerate(self.layers):
+            if index == self.capture_layer:  # a new tensor each call: the residual adds are out of place
+                self.captured = hidden
             qkv = layer.qkv(layer.input_norm(hidden)).view(batch, queries, -1, self.head_dim)
             qk, value = qkv[:, :, : self.qk_heads], qkv[:, :, self.qk_heads :]
             if layer.q_norm is not None:  # Qwen3: RMSNorm over each head before rotary

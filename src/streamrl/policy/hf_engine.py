@@ -103,6 +103,11 @@ class HFEngine:
         return self._version
 
     @property
+    def block_inputs_layer(self) -> int | None:
+        """The block whose inputs results carry (``GenerationResult.block_inputs``), or None."""
+        return self._decode_loop.capture_layer
+
+    @property
     def stats(self) -> dict[str, int]:
         """Counters of the decode loop (steps, tokens, prefill tokens, slot-steps)."""
         return dict(self._decode_loop.stats)

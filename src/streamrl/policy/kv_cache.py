@@ -141,36 +141,39 @@ class PrefixStore:
     Least recently kept entries go first once more than ``budget`` tokens are held; an entry is
     taken (removed) by the prompt that reuses it, except a ``shared`` one (the common prefix of
     many prompts, e.g. a system prompt), which stays and moves to the back of the eviction order.
-    Keys and values are ``[H_kv, n, D]`` per layer.
+    Keys and values are ``[H_kv, n, D]`` per layer; ``inputs`` (optional) ``[n, H]``, the engine's
+    captured block inputs of the same tokens.
     """
 
     def __init__(self, budget: int):
         self.budget = budget
         self.held = 0
-        self._entries: dict[tuple[int, ...], tuple[list[torch.Tensor], list[torch.Tensor], bool]] = {}
+        self._entries: dict[tuple[int, ...], tuple[list[torch.Tensor], list[torch.Tensor], bool, torch.Tensor | None]] = {}
         self._lengths: dict[int, int] = {}  # prefix length -> entries of that length
 
-    def keep(self, tokens: list[int], keys: list[torch.Tensor], values: list[torch.Tensor], shared: bool = False) -> None:
+    def keep(self, tokens: list[int], keys: list[torch.Tensor], values: list[torch.Tensor], shared: bool = False,
+             inputs: torch.Tensor | None = None) -> None:
         key = tuple(tokens)
         if not key or len(key) > self.budget or key in self._entries:
             return
-        self._entries[key] = (keys, values, shared)
+        self._entries[key] = (keys, values, shared, inputs)
         self._lengths[len(key)] = self._lengths.get(len(key), 0) + 1
         self.held += len(key)
         while self.held > self.budget:
             self._drop(next(iter(self._entries)))
 
-    def take(self, prompt: list[int]) -> tuple[int, list[torch.Tensor], list[torch.Tensor]] | None:
-        """The longest kept prefix of ``prompt`` that leaves at least one new token, removed."""
+    def take(self, prompt: list[int]) -> tuple[int, list[torch.Tensor], list[torch.Tensor], torch.Tensor | None] | None:
+        """The longest kept prefix of ``prompt`` that leaves at least one new token, removed:
+        ``(length, keys, values, inputs)``."""
         for length in sorted((n for n in self._lengths if n < len(prompt)), reverse=True):
             key = tuple(prompt[:length])
             if key in self._entries:
-                keys, values, shared = self._entries.pop(key)
-                if shared:
-                    self._entries[key] = (keys, values, shared)
+                entry = self._entries.pop(key)
+                if entry[2]:  # shared
+                    self._entries[key] = entry
                 else:
                     self._forget(key)
-                return length, keys, values
+                return length, entry[0], entry[1], entry[3]
         return None
 
     def clear(self) -> None:

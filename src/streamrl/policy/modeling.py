@@ -21,6 +21,29 @@ def decoder_and_head(model: Any) -> tuple[Any, Any]:
     return base.get_decoder(), base.get_output_embeddings()
 
 
+def num_blocks(model: Any) -> int | None:
+    """The decoder blocks of ``model`` (None for a config without ``num_hidden_layers``)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    layers = getattr(config, "num_hidden_layers", None)
+    return None if layers is None else int(layers)
+
+
+def blocks_from(decoder: Any, hidden: torch.Tensor, attention_mask: torch.Tensor, first: int) -> torch.Tensor:
+    """The decoder's last hidden states (after the final norm) computed from the input of block
+    ``first``: ``hidden [B, T, H]`` for right-padded rows (``attention_mask [B, T]``) goes through
+    blocks ``first..`` as the decoder's own forward would send it. Causal attention alone gives
+    every real position the result of the padded forward (padding comes after it), so SDPA runs
+    its causal kernel without a mask."""
+    position_ids = position_ids_from_mask(attention_mask)
+    mask = None
+    if getattr(decoder.config, "_attn_implementation", "sdpa") != "sdpa":
+        mask = as_attention_bias(packed_attention_mask(attention_mask), decoder, hidden.dtype)
+    embeddings = decoder.rotary_emb(hidden, position_ids=position_ids)
+    for layer in decoder.layers[first : decoder.config.num_hidden_layers]:
+        hidden = layer(hidden, attention_mask=mask, position_ids=position_ids, position_embeddings=embeddings)
+    return decoder.norm(hidden)
+
+
 def enable_gradient_checkpointing(model: Any) -> None:
     """Recompute each decoder layer's activations in the backward pass instead of keeping them:
     training memory no longer grows with layers x tokens, at the price of a second forward.

@@ -42,6 +42,12 @@ class GenerationResult:
     policy_version: int
     text: str = ""
     error: str | None = None
+    #: ``[len(prompt_ids) + len(token_ids) - 1, H]`` tensor: the input of decoder block
+    #: ``block_inputs_layer`` at every id the engine fed (the prompt, then each sampled id but the
+    #: last), when the engine was asked to keep them (``model.train_top_layers``: the learner then
+    #: runs only the blocks it trains); None otherwise
+    block_inputs: Any = None
+    block_inputs_layer: int | None = None
 
 
 @runtime_checkable

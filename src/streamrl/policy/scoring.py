@@ -28,6 +28,7 @@ import torch
 from streamrl.algos.vocab import action_log_probs, action_log_probs_and_entropy
 from streamrl.policy.modeling import (
     as_attention_bias,
+    blocks_from,
     decoder_and_head,
     packed_attention_mask,
     position_ids_from_mask,
@@ -74,6 +75,7 @@ def forward_for_loss(
     segment_ids: torch.Tensor | None = None,
     temperature: float = 1.0,
     with_entropy: bool = True,
+    block_inputs: tuple[int, torch.Tensor] | None = None,
 ) -> ScoreOutput:
     """One differentiable forward pass (what learners call inside their loss).
 
@@ -87,6 +89,9 @@ def forward_for_loss(
         value_token_ids, value_mask: read the value logits at ``value_mask`` ``[B, T]`` positions.
         segment_ids: ``[B, T]`` for packed rows (see the module docstring).
         temperature: the sampling temperature the log-probs should match (engine behaviour log-probs).
+        block_inputs: ``(first, hidden [B, T, H])``, the input of block ``first`` at every position
+            (the engine's, ``GenerationResult.block_inputs``): the blocks below it are not run.
+            Right-padded rows only; a position's result depends on the inputs at it and before.
     """
     _check_inputs(input_ids, attention_mask, token_mask, value_mask, segment_ids, value_token_ids, temperature)
     decoder, head = decoder_and_head(model)
@@ -95,7 +100,13 @@ def forward_for_loss(
     token_mask, value_mask, segment_ids = (
         None if t is None else t.to(device) for t in (token_mask, value_mask, segment_ids)
     )
-    if segment_ids is not None:
+    if block_inputs is not None:
+        if segment_ids is not None:
+            raise ValueError("block_inputs take right-padded rows, not packed ones (segment_ids)")
+        first, inputs = block_inputs
+        inputs = inputs.to(device=device, dtype=next(decoder.parameters()).dtype)
+        hidden = blocks_from(decoder, inputs, attention_mask, first)
+    elif segment_ids is not None:
         position_ids = segment_positions(segment_ids)
         mask_arg: torch.Tensor = as_attention_bias(
             packed_attention_mask(segment_ids), decoder, next(decoder.parameters()).dtype
@@ -103,8 +114,9 @@ def forward_for_loss(
     else:
         position_ids = position_ids_from_mask(attention_mask)
         mask_arg = attention_mask
-    hidden = decoder(input_ids=input_ids, attention_mask=mask_arg, position_ids=position_ids, use_cache=False)
-    hidden = hidden.last_hidden_state  # [B, T, H]
+    if block_inputs is None:
+        hidden = decoder(input_ids=input_ids, attention_mask=mask_arg, position_ids=position_ids, use_cache=False)
+        hidden = hidden.last_hidden_state  # [B, T, H]
 
     scored = default_token_mask(attention_mask, segment_ids) if token_mask is None else token_mask.bool()
     rows, cols = scored.nonzero(as_tuple=True)

@@ -107,6 +107,8 @@ class WorkerSpec:
     rollout_dtype: str = "same"
     #: torch threads of a worker's engine
     engine_threads: int | None = 1
+    #: the block whose inputs the engine hands over with each trajectory (``make_engine``), or None
+    capture_layer: int | None = None
     #: Ray CPUs and GPUs each worker reserves (Ray shows a worker only the GPUs it reserved;
     #: a fraction lets workers share one)
     worker_cpus: float = 1.0

@@ -245,6 +245,7 @@ class EpisodeRunner:
             )
             trajectory.info = info
             trajectory.won = bool(info.get("won", False))
+            _keep_block_inputs(trajectory, result, full_history)
             if self.settings.latency is not None:
                 await self._wait(trajectory, self.settings.latency.turn_delay(record.request_id, index))
             if full_history:
@@ -364,3 +365,16 @@ def _malformed(
     if not isinstance(result.policy_version, int):
         return f"policy_version must be an int, got {result.policy_version!r}"
     return None
+
+
+def _keep_block_inputs(trajectory: Trajectory, result: GenerationResult, full_history: bool) -> None:
+    """Keep the engine's block inputs of the turn just played: full history, the latest result's
+    (its prompt holds every earlier turn); per step, one per turn. One turn without them, or from
+    another block, leaves the trajectory with none (the learner then runs the full forward)."""
+    inputs, layer = result.block_inputs, result.block_inputs_layer
+    first_turn = len(trajectory.turns) == 1
+    if inputs is None or layer is None or not (first_turn or trajectory.block_inputs is not None and trajectory.block_inputs_layer == layer):
+        trajectory.block_inputs = trajectory.block_inputs_layer = None
+        return
+    trajectory.block_inputs = [inputs] if full_history or first_turn else [*(trajectory.block_inputs or []), inputs]
+    trajectory.block_inputs_layer = layer

@@ -11,6 +11,7 @@ are the ones the engine saw and sampled, concatenated; nothing is re-tokenised.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from streamrl.rollout.trajectory import Trajectory, Turn
 
@@ -38,6 +39,9 @@ class TrainingSample:
     #: full history, cut episode: the last position of the trailing environment ids, i.e. the
     #: pre-action boundary of the turn never taken (for bootstrapping); None otherwise
     bootstrap_position: int | None = None
+    #: the engine's inputs of block ``Trajectory.block_inputs_layer`` at the ids it fed, ``[F, H]``
+    #: (F: S - 1, the last id never fed, or fewer with trailing context), or None
+    block_inputs: Any = None
 
     @property
     def num_action_tokens(self) -> int:
@@ -92,6 +96,7 @@ def full_history_sample(trajectory: Trajectory, trajectory_index: int = 0) -> Tr
         bootstrap = len(packer.ids) - 1
     sample = _sample(packer, trajectory_index, list(range(len(trajectory.turns))))
     sample.bootstrap_position = bootstrap
+    sample.block_inputs = trajectory.block_inputs[0] if trajectory.block_inputs else None
     return sample
 
 
@@ -104,6 +109,8 @@ def per_step_samples(trajectory: Trajectory, trajectory_index: int = 0) -> list[
         packer.add_context(turn.context_ids)
         packer.add_action(turn)
         samples.append(_sample(packer, trajectory_index, [index]))
+        if trajectory.block_inputs:
+            samples[-1].block_inputs = trajectory.block_inputs[index]
     return samples
 
 

@@ -146,6 +146,12 @@ class Trajectory:
     excluded_from_loss: bool = False
     #: group mode: the group timed out and was delivered without its stragglers
     partial_group: bool = False
+    #: the engine's inputs of block ``block_inputs_layer`` for each training sample, in
+    #: ``to_samples`` order (full history: one; per step: one per turn), each ``[S - 1, H]`` or
+    #: longer ``[S_fed, H]`` over the ids the engine fed; None when the engine kept none. Never
+    #: serialised: a trajectory read back from JSON is scored with the full forward.
+    block_inputs: list[Any] | None = None
+    block_inputs_layer: int | None = None
 
     # -- identity, proxied from the dispatch record ------------------------------------------
 
@@ -211,7 +217,7 @@ class Trajectory:
         data = {
             f.name: to_jsonable(getattr(self, f.name))
             for f in dataclasses.fields(self)
-            if f.name not in ("dispatch", "turns")
+            if f.name not in ("dispatch", "turns", *_IN_MEMORY_ONLY)
         }
         data["dispatch"] = self.dispatch.to_dict()
         data["turns"] = [
@@ -229,6 +235,10 @@ class Trajectory:
         except KeyError as missing:
             raise ValueError(f"trajectory dict lacks the field {missing}") from None
         return _build(cls, {**data, "dispatch": dispatch, "turns": turns})
+
+
+#: trajectory fields that live in memory (and cross processes pickled) but are never written out
+_IN_MEMORY_ONLY = ("block_inputs", "block_inputs_layer")
 
 
 def env_seed(run_seed: int, key: object) -> int:

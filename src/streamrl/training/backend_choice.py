@@ -16,25 +16,27 @@ if TYPE_CHECKING:
     from streamrl.policy.policy import Policy
 
 
-def worker_spec(config: Config, episode: EpisodeSettings, engine_threads: int | None) -> WorkerSpec:
+def worker_spec(config: Config, episode: EpisodeSettings, engine_threads: int | None,
+                capture_layer: int | None = None) -> WorkerSpec:
     """What a Ray worker builds: the policy's architecture and tokeniser (its weights come from the
-    trainer, LoRA merged), its engine and the environment with its parser and prompt builder."""
+    trainer, LoRA merged), its engine (keeping block ``capture_layer``'s inputs for the learner) and
+    the environment with its parser and prompt builder."""
     model, env = config.model, config.env
     return WorkerSpec(
         model={**policy_source(config), "dtype": model.dtype, "device": model.device, "threads": engine_threads},
         env=env.name, env_options=env.options, parser_options=env.parser, prompt_options=env.prompt,
         episode=episode, tool_format=model.tool_format, engine=model.engine, rollout_dtype=model.rollout_dtype,
-        engine_threads=engine_threads,
+        engine_threads=engine_threads, capture_layer=capture_layer,
         seed=config.train.seed,
         worker_gpus=1.0 if model.device.startswith("cuda") else 0.0,
     )
 
 
 def rollout_backend(config: Config, episode: EpisodeSettings, engine: InferenceEngine, policy: Policy,
-                    engine_threads: int | None) -> EpisodeBackend:
+                    engine_threads: int | None, capture_layer: int | None = None) -> EpisodeBackend:
     if config.agent.external:  # agents elsewhere claim the tasks (streamrl serve --train)
         return external_backend(config, engine, policy)
-    spec = worker_spec(config, episode, engine_threads)
+    spec = worker_spec(config, episode, engine_threads, capture_layer)
     if config.agent.function:  # the user's agent plays, through an endpoint over the engine that serves it
         if config.rollout.backend == "local":
             return agent_backend(config, engine, policy)

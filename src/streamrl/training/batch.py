@@ -65,6 +65,10 @@ class Batch:
     bootstrap: torch.Tensor
     turns: TurnTable
     trajectories: list[Trajectory]
+    #: per row, the engine's inputs of block ``block_inputs_layer`` ``[F, H]`` (``TrainingSample``),
+    #: when every row has them from the same block; else None (the learner runs the full forward)
+    block_inputs: list[torch.Tensor] | None = None
+    block_inputs_layer: int | None = None
 
     @property
     def num_rows(self) -> int:
@@ -128,13 +132,22 @@ class Batch:
         """Tensors of a subset of rows, cut to their longest row (for a micro-batch)."""
         rows = torch.as_tensor(rows, dtype=torch.long)
         length = int(self.attention_mask[rows].sum(dim=1).max())
-        return {
+        tensors = {
             "input_ids": self.input_ids[rows, :length],
             "attention_mask": self.attention_mask[rows, :length],
             "action_mask": self.action_mask[rows, :length],
             "rollout_logprobs": self.rollout_logprobs[rows, :length],
             "token_turn": self.token_turn[rows, :length],
         }
+        if self.block_inputs is not None:
+            # positions past what the engine fed (a row's last id, trailing context) stay 0: with
+            # causal attention they change only their own outputs, which no action token reads
+            parts = [self.block_inputs[int(row)][:length] for row in rows]
+            padded = parts[0].new_zeros((len(parts), length, parts[0].shape[-1]))
+            for i, part in enumerate(parts):
+                padded[i, : part.shape[0]] = part
+            tensors["block_inputs"] = padded
+        return tensors
 
 
 def shaped_turn_rewards(trajectory: Trajectory, reward: RewardConfig) -> list[float]:
@@ -218,7 +231,14 @@ def collate(
         last=torch.tensor(last, dtype=torch.bool),
         offsets=torch.tensor(offsets, dtype=torch.long),
     )
-    return Batch(input_ids, attention, action, rollout_logp, token_turn, pre, post, sample_traj, bootstrap, turns, list(trajectories))
+    layers = {t.block_inputs_layer for t in trajectories}
+    # every action id is scored from the position before it: those positions must all have been fed
+    complete = len(layers) == 1 and None not in layers and all(
+        s.block_inputs is not None and s.block_inputs.shape[0] >= s.turn_spans[-1][1] - 1 for s in samples
+    )
+    return Batch(input_ids, attention, action, rollout_logp, token_turn, pre, post, sample_traj, bootstrap, turns,
+                 list(trajectories), [s.block_inputs for s in samples] if complete else None,
+                 layers.pop() if complete else None)
 
 
 def micro_batches(batch: Batch, rows: list[int], micro_batch_size: int) -> list[list[int]]:

@@ -55,6 +55,7 @@ class EvalResult:
 def summarise(trajectories: list[Trajectory], split: str, version: int) -> EvalResult:
     by_type: dict[str, list[bool]] = defaultdict(list)
     for t in trajectories:
+        t.block_inputs = None  # the engine's hidden states serve training only: an evaluation holds none
         by_type[t.task_type or "unknown"].append(bool(t.won))
     mean_turns, format_invalid_frac = turn_stats(trajectories)
     return EvalResult(

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from streamrl.algos import aggregate, kl_estimate, policy_drift, ppo_policy_loss, tis_weights
-from streamrl.policy.modeling import enable_gradient_checkpointing
+from streamrl.policy.modeling import enable_gradient_checkpointing, num_blocks
 from streamrl.policy.scoring import ScoreOutput, forward_for_loss, score
 from streamrl.rollout import Trajectory
 from streamrl.rollout.trajectory import format_problem_shares, turn_stats
@@ -88,6 +88,10 @@ class Learner:
         if settings.gradient_checkpointing:
             enable_gradient_checkpointing(self.model)
         policy.limit_training(top_layers=settings.train_top_layers, value_rows=algorithm.reads_values)
+        #: the lowest trained block, whose inputs the engine may hand over with each trajectory
+        #: (every parameter below it frozen, so they are the same at every version); None: the
+        #: learner always runs the full forward
+        self.reused_block = reused_block(policy.model, settings.train_top_layers, algorithm.reads_values)
         optim = settings.optim
         self.optimizer = adamw(policy.trainable_parameters(), lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay,
                                eps=optim.eps)
@@ -152,6 +156,9 @@ class Learner:
             self.steps_done = step
             return {**metrics, **clock.metrics()}
         batch = collate(usable, reward=self.settings.reward, pad_id=self.policy.tokenizer.pad_token_id or 0)
+        if self.reused_block is None or batch.block_inputs_layer != self.reused_block:
+            batch.block_inputs = None
+        metrics["block_inputs_reused"] = float(batch.block_inputs is not None)
         clock.lap("collate")
         several_passes = loss_config.epochs > 1 or loss_config.mini_batches > 1
         old = None
@@ -317,6 +324,7 @@ class Learner:
                 value_mask=value_mask,
                 temperature=self.settings.temperature,
                 with_entropy=with_entropy,
+                block_inputs=None if "block_inputs" not in tensors else (cast(int, self.reused_block), tensors["block_inputs"]),
             )
 
     def _forward(self, micro: MicroBatch) -> ScoreOutput:
@@ -340,6 +348,16 @@ class _PhaseClock:
 
     def metrics(self) -> dict[str, float]:
         return {**{f"time_{k}_s": v for k, v in self.phases.items()}, "learner_time_s": self.last - self.started}
+
+
+def reused_block(model: Any, top_layers: int | None, reads_values: bool) -> int | None:
+    """The block whose inputs the learner can take from the engine instead of computing them: the
+    lowest trained one when only the top ``top_layers`` train and nothing below them does (an
+    algorithm that reads values trains the embedding's value rows); None otherwise."""
+    layers = num_blocks(model)
+    if top_layers is None or reads_values or layers is None or top_layers >= layers:
+        return None
+    return layers - top_layers
 
 
 def _advantages_by_request(batch: Batch, turn_advantages: torch.Tensor) -> dict[str, list[float]]:

@@ -17,7 +17,7 @@ import torch
 
 from streamrl.envs import make
 from streamrl.policy.dtype_choice import processor_name
-from streamrl.policy.engines import make_engine
+from streamrl.policy.engines import block_inputs_refusal, make_engine
 from streamrl.policy.protocols import InferenceEngine
 from streamrl.policy.tool_format import resolve_tool_format
 from streamrl.rollout import DeadEnvironmentError, Rollout, RolloutSettings
@@ -90,8 +90,14 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
     algorithm = local.algorithm
     run = RunState.initial() if state is None else ws.load_learner(state, local)
     torch.set_num_threads(learner_threads)
+    capture = local.reused_block
     engine = make_engine(config.model.engine, policy, version=run.version, seed=config.train.seed, threads=engine_threads,
-                         rollout_dtype=config.model.rollout_dtype)
+                         rollout_dtype=config.model.rollout_dtype, capture_layer=capture)
+    if capture is not None:  # said once: what the learner's forward pass costs
+        refusal = block_inputs_refusal(engine, config.model.engine, config.model.rollout_dtype)
+        echo(f"learner: runs blocks {capture}+ only, from the engine's inputs of block {capture}"
+             if refusal is None else f"learner: runs every block ({refusal})")
+        capture = capture if refusal is None else None
 
     if state is None and algorithm.warm_start is not None:  # a fresh run: initialised by the initial policy
         note = await algorithm.warm_start(pool, functools.partial(play_episodes, config, engine, policy))
@@ -118,7 +124,7 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
                                       learner_threads, str(ws.root))
     episode = training_episode_settings(config)
     rollout = Rollout(
-        backend=rollout_backend(config, episode, engine, policy, engine_threads),
+        backend=rollout_backend(config, episode, engine, policy, engine_threads, capture),
         source=algorithm.prompt_source(pool),
         settings=RolloutSettings(
             mode=algorithm.rollout_mode, concurrency=config.rollout.concurrency, batch_size=config.train.batch_size,
