@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -46,10 +47,11 @@ def evaluate(config: ConfigLike = "default", model: str | Path | None = None, *,
     """Evaluate ``model`` (default: ``model.init_from`` or ``model.spec``) on the configured split;
     the metrics name the model (``model``). With ``out``, the transcripts go to ``out/samples.jsonl``
     and the readable ones to ``out/samples.md``."""
-    from streamrl.policy.hf_engine import HFEngine
+    from streamrl.policy.engines import make_engine
     from streamrl.policy.loading import load_policy
     from streamrl.training.evaluate import evaluate as evaluate_policy
     from streamrl.training.report import samples_markdown
+    from streamrl.training.resources import engine_prefix_tokens
     from streamrl.training.run import policy_source
     from streamrl.training.samples import SampleLog, read_samples
 
@@ -59,7 +61,10 @@ def evaluate(config: ConfigLike = "default", model: str | Path | None = None, *,
     policy = load_policy(**source, dtype=config.model.dtype, device=config.model.device, threads=config.model.threads)
 
     async def run() -> Any:
-        engine = HFEngine.from_policy(policy, seed=config.train.seed)
+        # the engine the run trained with, on every core (nothing else runs)
+        engine = make_engine(config.model.engine, policy, seed=config.train.seed, rollout_dtype=config.model.rollout_dtype,
+                             threads=config.model.threads or os.cpu_count() or 1,
+                             prefix_cache_tokens=engine_prefix_tokens(config))
         try:
             return await evaluate_policy(config, engine, policy)
         finally:

@@ -17,12 +17,13 @@ ROLLOUT_DTYPES = ("same", "bfloat16", "int8")
 
 def make_engine(
     kind: str, policy: Policy, *, version: int = 0, seed: int = 0, threads: int | None = None,
-    rollout_dtype: str = "same", capture_layer: int | None = None,
+    rollout_dtype: str = "same", capture_layer: int | None = None, prefix_cache_tokens: int | None = None,
 ) -> InferenceEngine:
     """An engine over a copy of ``policy``'s weights at ``version`` (``threads``: HF engine only);
     ``rollout_dtype``: ``same`` as the policy, ``bfloat16`` or ``int8`` (HF engine only);
     ``capture_layer``: results carry that block's inputs (``GenerationResult.block_inputs``; HF
-    engine with the policy's own weights only, see ``hands_over_block_inputs``)."""
+    engine with the policy's own weights only, see ``block_inputs_refusal``); ``prefix_cache_tokens``:
+    the most tokens whose KV the HF engine keeps for prompts that extend them (None: its default)."""
     if rollout_dtype not in ROLLOUT_DTYPES:
         raise ValueError(f"model.rollout_dtype must be one of {', '.join(ROLLOUT_DTYPES)}, got {rollout_dtype!r}")
     if kind == "hf":
@@ -33,7 +34,8 @@ def make_engine(
         dtype = {"bfloat16": "bfloat16", "int8": "float32"}.get(rollout_dtype)
         return HFEngine.from_policy(policy, dtype=dtype, version=version, seed=seed, threads=threads,
                                     int8=rollout_dtype == "int8",
-                                    capture_layer=capture_layer if rollout_dtype == "same" else None)
+                                    capture_layer=capture_layer if rollout_dtype == "same" else None,
+                                    **({} if prefix_cache_tokens is None else {"prefix_cache_tokens": prefix_cache_tokens}))
     if rollout_dtype != "same":
         raise ValueError(f"model.rollout_dtype={rollout_dtype} is the hf engine's (vLLM quantises through its own options)")
     if kind == "vllm":

@@ -102,6 +102,14 @@ class HFEngine:
     def version(self) -> int:
         return self._version
 
+    def set_threads(self, threads: int | None) -> None:
+        """The worker's torch threads from its next step on (an evaluation, with the learner idle,
+        can take every core; training hands half back)."""
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        with self._cond:
+            self._threads = threads
+
     @property
     def block_inputs_layer(self) -> int | None:
         """The block whose inputs results carry (``GenerationResult.block_inputs``), or None."""
@@ -178,10 +186,13 @@ class HFEngine:
         return thread
 
     def _run(self) -> None:
-        if self._threads is not None:
-            torch.set_num_threads(self._threads)
+        applied = None
         loop = self._decode_loop
         while True:
+            if self._threads != applied:  # OpenMP settings are per thread: set in the worker itself
+                applied = self._threads
+                if applied is not None:
+                    torch.set_num_threads(applied)
             with self._cond:
                 while not (self._closed or self._pending or self._staged or self._cancelled or loop.live):
                     self._cond.wait()

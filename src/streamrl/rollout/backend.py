@@ -109,6 +109,8 @@ class WorkerSpec:
     engine_threads: int | None = 1
     #: the block whose inputs the engine hands over with each trajectory (``make_engine``), or None
     capture_layer: int | None = None
+    #: tokens of finished sequences whose KV the engine keeps (``make_engine``; None: its default)
+    prefix_cache_tokens: int | None = None
     #: Ray CPUs and GPUs each worker reserves (Ray shows a worker only the GPUs it reserved;
     #: a fraction lets workers share one)
     worker_cpus: float = 1.0

@@ -58,7 +58,8 @@ class RolloutWorker:
 
         policy = load_policy(**spec.model)
         self._engine = make_engine(spec.engine, policy, version=-1, seed=spec.seed, threads=spec.engine_threads,
-                                   rollout_dtype=spec.rollout_dtype, capture_layer=spec.capture_layer)
+                                   rollout_dtype=spec.rollout_dtype, capture_layer=spec.capture_layer,
+                                   prefix_cache_tokens=spec.prefix_cache_tokens)
         self._lock = asyncio.Lock()
         #: an agent function's backend over this worker's engine, or None: the environment plays
         self._player = spec.player(self._engine, policy) if spec.player is not None else None

@@ -7,9 +7,11 @@ keeps generating (with the engine's own weight copy), and weights are published 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -33,7 +35,7 @@ from streamrl.training.evaluate import episode_runner, episode_settings, evaluat
 from streamrl.training.learner import Learner
 from streamrl.training.progress import Progress, StallWatch
 from streamrl.training.report import write_report
-from streamrl.training.resources import check_resources
+from streamrl.training.resources import check_resources, engine_prefix_tokens
 from streamrl.training.run import RunState, Workspace, load_run_policy, model_line, model_record
 from streamrl.training.samples import mixed_selection
 from streamrl.training.sft import behaviour_cloning, demonstrations_and_heldout
@@ -92,7 +94,8 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
     torch.set_num_threads(learner_threads)
     capture = local.reused_block
     engine = make_engine(config.model.engine, policy, version=run.version, seed=config.train.seed, threads=engine_threads,
-                         rollout_dtype=config.model.rollout_dtype, capture_layer=capture)
+                         rollout_dtype=config.model.rollout_dtype, capture_layer=capture,
+                         prefix_cache_tokens=engine_prefix_tokens(config))
     if capture is not None:  # said once: what the learner's forward pass costs
         refusal = block_inputs_refusal(engine, config.model.engine, config.model.rollout_dtype)
         echo(f"learner: runs blocks {capture}+ only, from the engine's inputs of block {capture}"
@@ -105,7 +108,8 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
             echo(note)
 
     async def evaluate_and_log(tag: str) -> dict[str, Any]:
-        result = await evaluate(config, engine, policy, tag=tag)
+        with _engine_threads(engine, learner_threads + engine_threads, engine_threads):  # the learner is idle
+            result = await evaluate(config, engine, policy, tag=tag)
         samples.write(result.trajectories, kind="eval", step=run.step, tag=tag)
         metrics = result.metrics()
         logger.log(run.step, metrics, "eval")
@@ -239,6 +243,19 @@ def require_outcomes(batch: list[Any], step: int) -> None:
             f"step {step}: all {len(batch)} episodes of the batch crashed ({first.end_reason}: {first.error}); "
             "nothing to train on"
         )
+
+
+@contextlib.contextmanager
+def _engine_threads(engine: InferenceEngine, during: int, after: int) -> Iterator[None]:
+    """``engine`` (when it can change them: the HF engine) on ``during`` threads for the block."""
+    set_threads = getattr(engine, "set_threads", None)
+    if set_threads is not None:
+        set_threads(during)
+    try:
+        yield
+    finally:
+        if set_threads is not None:
+            set_threads(after)
 
 
 def _with_threads(threads: int, fn: Any, *args: Any) -> Any:

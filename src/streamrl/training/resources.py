@@ -86,6 +86,14 @@ def tokens_per_trajectory(config: Config) -> int:
     return rollout.max_context_tokens * (rollout.max_turns or _env_max_steps(config.env.name))
 
 
+def engine_prefix_tokens(config: Config) -> int:
+    """Tokens whose KV the engine keeps for the prompts that extend them: one full context for each
+    episode played at once (its next turn's prompt extends it), and no more (the engine's fixed
+    default held 65,536, 3 GB of SmolLM2's KV in float32, whatever the run played)."""
+    concurrency = max(config.rollout.concurrency, config.eval.concurrency or 0)
+    return concurrency * config.rollout.max_context_tokens
+
+
 def batch_bytes(config: Config) -> int:
     return config.train.batch_size * tokens_per_trajectory(config) * BYTES_PER_TOKEN
 

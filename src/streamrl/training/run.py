@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import resource
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +65,10 @@ class RunState:
         self.rl_s = rl_s
 
     def metrics(self) -> dict[str, float]:
-        return {"policy_version": float(self.version), "trajectories_consumed": float(self.trajectories)}
+        # the process's peak resident memory so far (Linux counts KiB): what the run needs, as measured
+        peak_rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20)
+        return {"policy_version": float(self.version), "trajectories_consumed": float(self.trajectories),
+                "peak_rss_gb": peak_rss_gb}
 
 
 @dataclass(frozen=True)
