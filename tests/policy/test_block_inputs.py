@@ -120,3 +120,27 @@ def test_forward_from_block_inputs_equals_the_full_forward(name, smollm2_shaped)
     # the inputs are what the result is computed from: other inputs, other log-probs
     other, _ = run((first, inputs * 0.5))
     assert not torch.allclose(other, full_logprobs, atol=1e-2)
+
+
+def test_set_threads_reaches_the_worker(small_policy, monkeypatch):
+    """The engine's worker applies a thread count given while it runs (an evaluation takes the
+    learner's cores, a learner step hands them back), in its own thread (OpenMP keeps it per thread)."""
+    import asyncio
+    import threading
+
+    calls = []
+    real = torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: (calls.append((threading.current_thread().name, n)), real(n)))
+    engine = HFEngine.from_policy(small_policy, threads=1)
+    prompt = small_policy.encode_chat([{"role": "user", "content": "hi"}])
+
+    async def main():
+        await engine.generate(GenerationRequest("a", prompt, SamplingParams(max_new_tokens=2)))
+        engine.set_threads(2)
+        await engine.generate(GenerationRequest("b", prompt, SamplingParams(max_new_tokens=2)))
+        await engine.close()
+
+    asyncio.run(main())
+    assert calls == [("streamrl-hf-engine", 1), ("streamrl-hf-engine", 2)]
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        engine.set_threads(0)

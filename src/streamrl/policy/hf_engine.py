@@ -82,6 +82,7 @@ class HFEngine:
         self._cond = threading.Condition()
         self._pending: deque[tuple[GenerationRequest, Deliver]] = deque()
         self._cancelled: list[GenerationRequest] = []
+        self._forgotten: list[list[int]] = []
         self._staged: tuple[dict[str, torch.Tensor], int] | None = None
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -101,6 +102,13 @@ class HFEngine:
     @property
     def version(self) -> int:
         return self._version
+
+    def forget(self, token_ids: list[int]) -> None:
+        """No prompt will extend ``token_ids`` (an episode's last prompt and its answer but the last
+        id, as kept): the KV kept for it is dropped at the worker's next step instead of waiting
+        to be evicted."""
+        with self._cond:
+            self._forgotten.append(list(token_ids))
 
     def set_threads(self, threads: int | None) -> None:
         """The worker's torch threads from its next step on (an evaluation, with the learner idle,
@@ -199,6 +207,7 @@ class HFEngine:
                 if self._closed:
                     break
                 cancelled, self._cancelled = self._cancelled, []
+                forgotten, self._forgotten = self._forgotten, []
                 staged = None
                 if self._staged is not None and loop.live == 0:
                     staged, self._staged = self._staged, None
@@ -207,6 +216,8 @@ class HFEngine:
                     while self._pending and len(admit) < loop.free_capacity:
                         admit.append(self._pending.popleft())
             try:
+                for tokens in forgotten:
+                    loop.prefixes.discard(tokens)
                 for request in cancelled:
                     loop.cancel(request)
                 if staged is not None:

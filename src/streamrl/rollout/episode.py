@@ -155,6 +155,9 @@ class EpisodeRunner:
         except _EpisodeEnded as ended:
             trajectory.end_reason = ended.reason
             trajectory.error = ended.message
+        finally:
+            if trajectory.turns and self.settings.layout == "full_history":  # per step, _play forgot each turn's
+                self._forget([i for turn in trajectory.turns for i in (*turn.context_ids, *turn.action_ids)][:-1])
         latency = self.settings.latency
         if latency is not None:
             await self._wait(trajectory, latency.episode_delay(record.request_id, trajectory.won))
@@ -252,6 +255,8 @@ class EpisodeRunner:
                 transcript.extend(context)
                 transcript.extend(result.token_ids)
             history.append((observation, action))
+            if not full_history:
+                self._forget([*prompt, *result.token_ids[:-1]])
             observation = step.observation
             if full_history and not step.terminated:
                 action_ids, answer = list(result.token_ids), step.messages
@@ -267,6 +272,14 @@ class EpisodeRunner:
                 return
         trajectory.end_reason = "max_turns"
         self._keep_trailing(trajectory, transcript, context)
+
+    def _forget(self, fed: list[int]) -> None:
+        """Tell an engine that keeps finished sequences for a next turn (the HF engine) that ``fed``
+        (a prompt and its answer but the last id) has none: its KV is freed now, not when it ages
+        out. Full history: the episode's last sequence; per step: every turn's (no prompt extends another)."""
+        forget = getattr(self.engine, "forget", None)
+        if forget is not None:
+            forget(fed)
 
     @staticmethod
     async def _wait(trajectory: Trajectory, seconds: float) -> None:

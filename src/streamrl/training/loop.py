@@ -93,7 +93,10 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
     run = RunState.initial() if state is None else ws.load_learner(state, local)
     torch.set_num_threads(learner_threads)
     capture = local.reused_block
-    engine = make_engine(config.model.engine, policy, version=run.version, seed=config.train.seed, threads=engine_threads,
+    # the engine has every core while the learner is idle (evaluations, waiting for a batch) and
+    # hands the learner its share during a step (``_engine_threads``)
+    engine = make_engine(config.model.engine, policy, version=run.version, seed=config.train.seed,
+                         threads=learner_threads + engine_threads,
                          rollout_dtype=config.model.rollout_dtype, capture_layer=capture,
                          prefix_cache_tokens=engine_prefix_tokens(config))
     if capture is not None:  # said once: what the learner's forward pass costs
@@ -108,8 +111,7 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
             echo(note)
 
     async def evaluate_and_log(tag: str) -> dict[str, Any]:
-        with _engine_threads(engine, learner_threads + engine_threads, engine_threads):  # the learner is idle
-            result = await evaluate(config, engine, policy, tag=tag)
+        result = await evaluate(config, engine, policy, tag=tag)
         samples.write(result.trajectories, kind="eval", step=run.step, tag=tag)
         metrics = result.metrics()
         logger.log(run.step, metrics, "eval")
@@ -157,7 +159,8 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
                         ws.save(run, policy, learner, rollout, logger)
                     raise
                 require_outcomes(batch, run.step + 1)
-                metrics = await asyncio.to_thread(_with_threads, learner_threads, learner.step, batch)
+                with _engine_threads(engine, engine_threads, learner_threads + engine_threads):
+                    metrics = await asyncio.to_thread(_with_threads, learner_threads, learner.step, batch)
                 run.advance(batch, rl_s=time.monotonic() - rl_started)
                 engine.update_weights(policy.state_dict_for_engine(), run.version)
                 rollout.publish(run.version)
