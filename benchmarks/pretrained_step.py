@@ -2,23 +2,28 @@
 measured side by side in one run, plus the peak memory of a short RL run of the config.
 
 * **Step**: the learner update of ``configs/smollm2_alfworld.yaml`` (SPO++, LoRA r=16 in the top 8
-  of 30 blocks, micro-batches of 4) on ``--episodes`` full-history episodes of the size that config
-  plays (a prompt of about 480 ids, then turns of about 35 action and 100 observation ids: about
-  1,900 ids each), half of them won. Old: every block runs forward, on ``--old-threads`` threads
-  (one, what the loop gave the learner). New: the learner starts from the engine's inputs of the
-  lowest trained block (``GenerationResult.block_inputs``; computed here once, untimed, the way
-  the engine computes them while it generates) on ``--new-threads`` threads. Each path's second
-  update is timed (the first grows the heap).
-* **Eval**: greedy evaluation of ``--tasks`` unseen tasks with the shipped warm start: the old
-  engine settings (``--old-eval``) against the new (``--new-eval``), both through ``evaluate``.
-* **Peak RSS**: ``streamrl train`` of the config for two steps (``--rss-run``), its peak resident
-  memory as the kernel counts it for the child process.
+  of 30 blocks) on ``--episodes`` full-history episodes of the size that config plays (a prompt of
+  about 480 ids, then turns of about 35 action and 100 observation ids: about 1,900 ids each), half
+  of them won, one learner thread (what the loop gives the learner while the engine generates).
+  Old: every block runs forward, micro-batches of 4, no recomputation (the config before issue
+  56). New: the config as it is (the learner starts from the engine's inputs of the lowest trained
+  block, ``GenerationResult.block_inputs``, computed here once, untimed, the way the engine computes
+  them while it generates; micro-batches of 2 with the trained blocks recomputed). Between them,
+  each lever alone: block inputs with the old micro-batches (``reuse``), and the new path on two
+  threads (``two_threads``: a learner with the machine to itself). Each path's second update is
+  timed (the first grows the heap).
+* **Eval**: greedy evaluation of ``--tasks`` unseen tasks with the shipped warm start through
+  ``evaluate``: the engine on one thread (what the loop gave it) against every core (what an
+  evaluation gets now: the learner is idle).
+* **Peak RSS**: ``streamrl train`` of the config for two steps of 8 episodes (the issue's command;
+  ``--quick``: 4 episodes of at most 6 turns), its peak resident memory as the kernel counts it for the child process.
 
 Usage:
-    python benchmarks/pretrained_step.py [--quick] [--smoke] [--episodes N] [--tasks N]
+    python benchmarks/pretrained_step.py [--quick] [--smoke] [--episodes N] [--tasks N] [--threads N]
 
 ``--smoke`` runs every part on a small tiny model (what the test suite runs). The last line is
-``RESULT step_speedup=<old s / new s> eval_speedup=<old s / new s> peak_rss_gb=<GB>``.
+``RESULT step_speedup=<old s / new s> eval_speedup=<old s / new s> peak_rss_gb=<GB>
+reuse_speedup=<old s / block inputs alone s> two_thread_speedup=<old s / new on 2 threads s>``.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import os
 import resource
 import subprocess
 import sys
@@ -48,8 +54,9 @@ from streamrl.training.evaluate import evaluate  # noqa: E402
 from streamrl.training.run import load_run_policy  # noqa: E402
 
 CONFIG = "configs/smollm2_alfworld.yaml"
-SMOKE = ["model.spec=tiny:hidden=64,layers=4,heads=4,kv_heads=2,intermediate=128", "model.init_from=null",
-         "model.train_top_layers=2", "rollout.max_turns=3", "rollout.max_new_tokens=8", "env.eval_tasks=2"]
+SMOKE = ["model.spec=tiny:hidden=64,layers=4,heads=4,kv_heads=2,intermediate=128", "model.init_from=null", "sft.demos=0",
+         "model.train_top_layers=2", "rollout.max_turns=3", "rollout.max_new_tokens=8", "rollout.concurrency=4",
+         "rollout.max_context_tokens=512", "env.train_tasks=8", "env.eval_tasks=2"]
 
 
 def episode(index: int, vocab: int, prompt: int, turns: int, action: int, observation: int, won: bool) -> Trajectory:
@@ -79,10 +86,13 @@ def add_block_inputs(trajectories: list[Trajectory], model, block: int) -> None:
         t.block_inputs, t.block_inputs_layer = [hidden[0]], block
 
 
-def time_update(config, policy, trajectories: list[Trajectory], threads: int) -> tuple[float, dict]:
-    """Seconds of the second of two learner steps on ``trajectories`` (fresh copies of the policy)."""
+def time_update(config, policy, trajectories: list[Trajectory], threads: int, reuse: bool) -> tuple[float, dict]:
+    """Seconds of the second of two learner steps on ``trajectories`` (fresh copies of the policy),
+    with or without the engine's block inputs."""
     torch.set_num_threads(threads)
     learner = make_learner(config, copy.deepcopy(policy))
+    if not reuse:
+        learner.reused_block = None
     learner.step(trajectories)
     start = time.perf_counter()
     metrics = learner.step(trajectories)
@@ -114,40 +124,47 @@ def peak_rss_gb(overrides: list[str]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="4 episodes, 4 evaluation tasks, a 2-step run of batch 4")
+    parser.add_argument("--quick", action="store_true",
+                        help="2 episodes, 2 evaluation tasks, a two-step run of 4 episodes of at most 6 turns")
     parser.add_argument("--smoke", action="store_true", help="every part on a small tiny model (tests)")
     parser.add_argument("--episodes", type=int, default=8)
     parser.add_argument("--tasks", type=int, default=16)
-    parser.add_argument("--old-threads", type=int, default=1)
-    parser.add_argument("--new-threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="the learner's threads during a step")
     args = parser.parse_args()
     keep_freed_memory()
-    episodes, tasks = (4, 4) if args.quick or args.smoke else (args.episodes, args.tasks)
+    short = args.quick or args.smoke
+    episodes, tasks = (2, 2) if short else (args.episodes, args.tasks)
     overrides = SMOKE if args.smoke else []
     config = load_config(CONFIG, [*overrides, f"env.eval_tasks={tasks}", "train.seed=0"])
+    old_config = load_config(CONFIG, [*overrides, "model.gradient_checkpointing=false", "optim.micro_batch_size=4"])
     policy = load_run_policy(config, None)
     block = make_learner(config, policy).reused_block
     assert block is not None, "the config trains only its top blocks"
     vocab = policy.model.config.vocab_size
     sizes = (40, 3, 6, 10) if args.smoke else (480, 11, 35, 100)
     trajectories = [episode(i, vocab, *sizes, won=i % 2 == 0) for i in range(episodes)]
-    old_s, old = time_update(config, policy, trajectories, args.old_threads)
     add_block_inputs(trajectories, policy.model, block)
-    new_s, new = time_update(config, policy, trajectories, args.new_threads)
-    assert old["block_inputs_reused"] == 0.0 and new["block_inputs_reused"] == 1.0
+    seconds, metrics = {}, {}
+    for name, path_config, threads, reuse in (("old", old_config, args.threads, False), ("reuse", old_config, args.threads, True),
+                                              ("new", config, args.threads, True), ("two_threads", config, 2, True)):
+        seconds[name], metrics[name] = time_update(path_config, policy, trajectories, threads, reuse)
+        assert metrics[name]["block_inputs_reused"] == float(reuse)
     length = sum(len(turn.context_ids) + len(turn.action_ids) for turn in trajectories[0].turns)
-    print(f"step ({episodes} episodes of {length} ids): "
-          f"old {old_s:.1f} s ({args.old_threads} thread, every block) -> new {new_s:.1f} s "
-          f"({args.new_threads} threads, blocks {block}+): {old_s / new_s:.2f}x; policy loss {old['policy_loss']:.5f} / {new['policy_loss']:.5f}")
-    old_eval_s, old_success = time_eval(config, policy, args.old_threads)
-    new_eval_s, new_success = time_eval(config, policy, args.new_threads)
+    print(f"step ({episodes} episodes of {length} ids, {args.threads} learner thread): old {seconds['old']:.1f} s -> "
+          f"new {seconds['new']:.1f} s: {seconds['old'] / seconds['new']:.2f}x; block inputs alone {seconds['reuse']:.1f} s, "
+          f"new on 2 threads {seconds['two_threads']:.1f} s; policy loss old {metrics['old']['policy_loss']:.6f}, "
+          f"new {metrics['new']['policy_loss']:.6f}")
+    old_eval_s, old_success = time_eval(config, policy, 1)
+    new_eval_s, new_success = time_eval(config, policy, os.cpu_count() or 1)
     print(f"eval ({tasks} tasks, greedy): old {old_eval_s:.1f} s -> new {new_eval_s:.1f} s: "
           f"{old_eval_s / new_eval_s:.2f}x; success {old_success:.3f} / {new_success:.3f}")
-    run = [*overrides, "train.steps=2", "train.eval_at_start=false", f"env.eval_tasks={2 if args.quick or args.smoke else 4}",
-           "reward.ineffective_penalty=0.1", f"train.batch_size={4 if args.quick or args.smoke else 8}"]
+    run = [*overrides, "train.steps=2", "train.eval_at_start=false", "reward.ineffective_penalty=0.1",
+           *(["env.eval_tasks=1", "train.batch_size=4", "rollout.max_turns=6"] if short else ["env.eval_tasks=4", "train.batch_size=8"])]
     rss = peak_rss_gb(run)
     print(f"two-step RL run ({' '.join(run)}): peak RSS {rss:.2f} GB; processor: {processor_name()}")
-    print(f"RESULT step_speedup={old_s / new_s:.2f} eval_speedup={old_eval_s / new_eval_s:.2f} peak_rss_gb={rss:.2f}")
+    print(f"RESULT step_speedup={seconds['old'] / seconds['new']:.2f} eval_speedup={old_eval_s / new_eval_s:.2f} "
+          f"peak_rss_gb={rss:.2f} reuse_speedup={seconds['old'] / seconds['reuse']:.2f} "
+          f"two_thread_speedup={seconds['old'] / seconds['two_threads']:.2f}")
 
 
 if __name__ == "__main__":

@@ -219,7 +219,7 @@ class DecodeLoop:
             # own storage (a view would pin the whole forward's q/k/v output); every layer is filled
             keys = [k[0].clone() for k in cast("list[torch.Tensor]", cache.keys)]
             values = [v[0].clone() for v in cast("list[torch.Tensor]", cache.values)]
-            inputs = self._captured(0, length)
+            inputs = self._captured(0, length) if self.capture_layer is not None else None
             self.prefixes.keep(tokens, keys, values, shared=True, inputs=inputs)
             self.stats["prefill_tokens"] += length
             for i in members:
@@ -304,10 +304,8 @@ class DecodeLoop:
             if row not in going:
                 self._free(row)
 
-    def _captured(self, row: int, last: int) -> torch.Tensor | None:
+    def _captured(self, row: int, last: int) -> torch.Tensor:
         """The captured block inputs of the last ``last`` queries of the forward's row ``row`` (own storage)."""
-        if self.capture_layer is None:
-            return None
         captured = cast(FusedDecoder, self._fused).captured
         assert captured is not None, "the forward ran the captured block"
         return captured[row, captured.shape[1] - last :].clone()
