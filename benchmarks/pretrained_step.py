@@ -114,7 +114,7 @@ def time_eval(config, policy, threads: int) -> tuple[float, float]:
 
 
 def peak_rss_gb(overrides: list[str]) -> float:
-    """Peak resident GB of ``streamrl train`` of the config for two steps (a child process)."""
+    """Peak resident GiB of ``streamrl train`` of the config for two steps (a child process)."""
     with tempfile.TemporaryDirectory() as out:
         command = [str(Path(sys.executable).parent / "streamrl"), "train", "--config", CONFIG, "--out", out, "--overwrite",
                    *overrides]
@@ -161,7 +161,7 @@ def main() -> None:
     run = [*overrides, "train.steps=2", "train.eval_at_start=false", "reward.ineffective_penalty=0.1",
            *(["env.eval_tasks=1", "train.batch_size=4", "rollout.max_turns=6"] if short else ["env.eval_tasks=4", "train.batch_size=8"])]
     rss = peak_rss_gb(run)
-    print(f"two-step RL run ({' '.join(run)}): peak RSS {rss:.2f} GB; processor: {processor_name()}")
+    print(f"two-step RL run ({' '.join(run)}): peak RSS {rss:.2f} GiB; processor: {processor_name()}")
     print(f"RESULT step_speedup={seconds['old'] / seconds['new']:.2f} eval_speedup={old_eval_s / new_eval_s:.2f} "
           f"peak_rss_gb={rss:.2f} reuse_speedup={seconds['old'] / seconds['reuse']:.2f} "
           f"two_thread_speedup={seconds['old'] / seconds['two_threads']:.2f}")
