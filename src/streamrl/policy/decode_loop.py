@@ -64,8 +64,8 @@ class DecodeLoop:
             behaviour log-probs are the quantised policy's, so the learner's importance weights
             correct the mismatch.
         capture_layer: keep the input of this decoder block at every id fed and return it with the
-            result (``GenerationResult.block_inputs``); needs the engine's own forward
-            (``captures`` says whether it is on).
+            result (``GenerationResult.block_inputs``); needs the engine's own forward (the
+            attribute ``capture_layer`` is None without it).
     """
 
     def __init__(
@@ -146,7 +146,7 @@ class DecodeLoop:
         for request, deliver in items:
             row = _Row(request, deliver, self.version, None)
             try:
-                problem = self._validate(request)
+                problem = request.problem(self.vocab_size, self.max_positions, self._banned_set)
                 row.generator = self._row_generator(request)
             except Exception as exc:  # not even shaped like a GenerationRequest
                 problem = f"invalid request: {exc!r}"
@@ -451,25 +451,6 @@ class DecodeLoop:
     def _row_generator(self, request: GenerationRequest) -> torch.Generator | None:
         seed = request.sampling.seed
         return None if seed is None else torch.Generator(device=self.device).manual_seed(seed)
-
-    def _validate(self, request: GenerationRequest) -> str | None:
-        """Why ``request`` cannot run, or None."""
-        sampling, prompt = request.sampling, request.prompt_ids
-        if not prompt:
-            return "prompt_ids is empty"
-        if any(not isinstance(t, int) or t < 0 or t >= self.vocab_size for t in prompt):
-            return f"prompt_ids must be ints in [0, {self.vocab_size - 1}]"
-        if self._banned_set.intersection(prompt):
-            return f"prompt_ids contain banned ids {sorted(self._banned_set.intersection(prompt))}"
-        if len(prompt) >= self.max_positions:
-            return f"prompt of {len(prompt)} tokens leaves no room under max positions {self.max_positions}"
-        if sampling.temperature < 0:
-            return f"temperature must be >= 0, got {sampling.temperature}"
-        if not 0 < sampling.top_p <= 1:
-            return f"top_p must be in (0, 1], got {sampling.top_p}"
-        if sampling.max_new_tokens < 0:
-            return f"max_new_tokens must be >= 0, got {sampling.max_new_tokens}"
-        return None
 
 
 def _new_tokens(row: _Row) -> int:

@@ -29,6 +29,26 @@ class GenerationRequest:
     prompt_ids: list[int]
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
+    def problem(self, vocab_size: int, max_positions: int, banned: frozenset[int] = frozenset()) -> str | None:
+        """Why an engine with ``vocab_size`` ids, ``max_positions`` positions and ``banned`` ids
+        cannot run this request, or None."""
+        sampling, prompt = self.sampling, self.prompt_ids
+        if not prompt:
+            return "prompt_ids is empty"
+        if any(not isinstance(t, int) or t < 0 or t >= vocab_size for t in prompt):
+            return f"prompt_ids must be ints in [0, {vocab_size - 1}]"
+        if banned.intersection(prompt):
+            return f"prompt_ids contain banned ids {sorted(banned.intersection(prompt))}"
+        if len(prompt) >= max_positions:
+            return f"prompt of {len(prompt)} tokens leaves no room under max positions {max_positions}"
+        if sampling.temperature < 0:
+            return f"temperature must be >= 0, got {sampling.temperature}"
+        if not 0 < sampling.top_p <= 1:
+            return f"top_p must be in (0, 1], got {sampling.top_p}"
+        if sampling.max_new_tokens < 0:
+            return f"max_new_tokens must be >= 0, got {sampling.max_new_tokens}"
+        return None
+
 
 @dataclass
 class GenerationResult:
