@@ -95,3 +95,22 @@ def test_block_inputs_are_the_same_at_every_version(coin_config):
 
     before, after = asyncio.run(main())
     assert torch.allclose(before, after, atol=1e-6)
+
+
+@pytest.mark.parametrize(("overrides", "reused", "line"), [
+    (("model.train_top_layers=1",), 1.0, "learner: runs blocks 1+ only, from the engine's inputs of block 1"),
+    (("model.train_top_layers=1", "model.rollout_dtype=bfloat16"), 0.0,
+     "learner: runs every block (model.rollout_dtype=bfloat16 computes other hidden states than the learner's blocks)"),
+])
+def test_the_loop_hands_block_inputs_over_and_says_which_path(coin_config, tmp_path, overrides, reused, line):
+    from streamrl.training.loggers import read_metrics
+    from streamrl.training.loop import train
+
+    config = coin_config("spo++", "train.steps=2", "train.checkpoint_every=0", *overrides)
+    said: list[str] = []
+    asyncio.run(train(config, tmp_path, echo=said.append))
+    assert line in said
+    records = read_metrics(tmp_path / "metrics.jsonl", "train")
+    stepped = [r for r in records if not r.get("skipped")]  # a step with no usable episode collates nothing
+    assert stepped and all(r["block_inputs_reused"] == reused for r in stepped)
+    assert all(r["peak_rss_gb"] > 0 for r in records)
