@@ -37,6 +37,7 @@ from learner_throughput import make_batch  # noqa: E402
 
 from streamrl.policy import load_policy  # noqa: E402
 from streamrl.policy.dtype_choice import processor_name  # noqa: E402
+from streamrl.policy.modeling import decoder_and_head  # noqa: E402
 from streamrl.policy.scoring import forward_for_loss  # noqa: E402
 from streamrl.training.data_parallel import Ranks, free_port, join_group, load_sharded_optimizer, shard_blocks  # noqa: E402
 from streamrl.training.optim import adamw  # noqa: E402
@@ -82,7 +83,7 @@ def run_rank(rank: int, world: int, port: int, spec: str, shape: tuple[int, int,
     ranks = Ranks(rank, world)
     if world > 1:
         join_group(rank, world, port)
-        shard_blocks(model, world, "cpu")
+        shard_blocks(decoder_and_head(model)[0], world, "cpu")
     parameters = [p for p in model.parameters() if p.requires_grad]
     optimizer = adamw(parameters, lr=1e-6)
     if world > 1:

@@ -12,7 +12,7 @@ CTranslate2 is the ``bench`` extra (``make bench`` installs it; ``make test`` do
 returns each token's log-prob too but cannot take new weights without a reconversion, so it is a
 yardstick for the engine here, not a replacement.
 
-Usage: python benchmarks/peer_engine.py [--quick] [--threads N] [--repeats N]
+Usage: python benchmarks/peer_engine.py [--quick | --smoke] [--threads N] [--repeats N]
 
 ``--quick``: the 64 x 128 workload only, one repetition (about 2 minutes on a quiet 2-core machine, 4 on shared cores:
 8,192 tokens per engine at 40-180 tok/s; a smaller workload would not be the one the ratios are
@@ -42,7 +42,7 @@ CACHE = Path.home() / ".cache" / "streamrl" / "ct2"
 CT2_TYPES = {"ct2_fp32": "float32", "ct2_int8": "int8"}
 
 
-def ct2_generators(policy, threads: int) -> dict:
+def ct2_generators(policy, threads: int, name: str = "smollm2") -> dict:
     """CTranslate2 generators over ``policy``'s weights, converted once per weights and type."""
     import ctranslate2
     from ctranslate2.converters import TransformersConverter
@@ -50,7 +50,7 @@ def ct2_generators(policy, threads: int) -> dict:
     digest = hashlib.sha256(b"".join(t.detach().numpy().tobytes()[:4096] for t in policy.model.state_dict().values())).hexdigest()[:12]
     generators = {}
     for name, compute in CT2_TYPES.items():
-        folder = CACHE / f"smollm2-{digest}-{compute}"
+        folder = CACHE / f"{name}-{digest}-{compute}"
         if not (folder / "model.bin").is_file():
             exported = CACHE / f"hf-{digest}"
             if not (exported / "config.json").is_file():
@@ -75,6 +75,7 @@ def ct2_tokens_per_s(generator, tokens_in: list[list[str]], new_tokens: int) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="64 x 128 only, one repetition (see above)")
+    parser.add_argument("--smoke", action="store_true", help="a small tiny model, 4 x 8 (the test suite's run)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=None)
     args = parser.parse_args()
@@ -84,15 +85,16 @@ def main() -> None:
         raise SystemExit("benchmarks/peer_engine.py needs CTranslate2: pip install -e '.[bench]' (make bench does)")
     torch.set_num_threads(1)  # each engine runs in a thread of its own (generation_throughput.in_thread)
     started = time.perf_counter()
-    policy = load_policy("smollm2-135m", dtype="float32")
+    spec = "tiny:hidden=64,layers=2,heads=4,kv_heads=2,intermediate=128" if args.smoke else "smollm2-135m"
+    policy = load_policy(spec, dtype="float32")
     prompts = [policy.encode_chat([{"role": "user", "content": PROMPT.format(i=i)}]) for i in range(64)]
     as_tokens = [policy.tokenizer.convert_ids_to_tokens(p) for p in prompts]
     ours = {"streamrl_fp32": HFEngine.from_policy(policy, max_batch_size=64, threads=args.threads),
             "streamrl_int8": HFEngine.from_policy(policy, max_batch_size=64, threads=args.threads, int8=True)}
-    theirs = ct2_generators(policy, args.threads)
-    workloads = [(64, 128)] if args.quick else [(64, 128), (64, 24), (1, 128)]
-    repeats = args.repeats or (1 if args.quick else 3)
-    print(f"processor: {processor_name()}; SmolLM2-135M-Instruct, {args.threads} threads per engine; "
+    theirs = ct2_generators(policy, args.threads, "tiny" if args.smoke else "smollm2")
+    workloads = [(4, 8)] if args.smoke else [(64, 128)] if args.quick else [(64, 128), (64, 24), (1, 128)]
+    repeats = args.repeats or (1 if args.quick or args.smoke else 3)
+    print(f"processor: {processor_name()}; {spec}, {args.threads} threads per engine; "
           f"prompts of {len(prompts[0])}-{max(map(len, prompts))} tokens")
     best: dict[str, dict[str, float]] = {}
 
@@ -118,7 +120,7 @@ def main() -> None:
         engine.close_sync()
     for key, rates in best.items():
         print(f"{key:>6}: " + ", ".join(f"{name} {value:.1f}" for name, value in rates.items()) + f" (best of {repeats})")
-    head = best["64x128"]
+    head = best["4x8" if args.smoke else "64x128"]
     fields = [f"vs_ct2_fp32={head['streamrl_fp32'] / head['ct2_fp32']:.2f}",
               f"vs_ct2_int8={head['streamrl_int8'] / head['ct2_int8']:.2f}",
               f"int8_speedup={head['streamrl_int8'] / head['streamrl_fp32']:.2f}",
