@@ -291,8 +291,9 @@ class DecodeLoop:
         slab.lo = int(slab.start[live].min())
         hidden = self._forward(inputs, slab.step_mask(live), positions, slab)
         if self.capture_layer is not None:
+            step_inputs = self._captured(slice(None), 1)  # one copy for the step: rows keep views of it
             for slot, row in zip(order, rows):
-                row.inputs.append(self._captured(slot, 1))
+                row.inputs.append(step_inputs[slot])
         slab.end += 1
         self.stats["decode_steps"] += 1
         self.stats["slot_steps"] += slab.slots
@@ -304,8 +305,8 @@ class DecodeLoop:
             if row not in going:
                 self._free(row)
 
-    def _captured(self, row: int, last: int) -> torch.Tensor:
-        """The captured block inputs of the last ``last`` queries of the forward's row ``row`` (own storage)."""
+    def _captured(self, row: int | slice, last: int) -> torch.Tensor:
+        """The captured block inputs of the last ``last`` queries of the forward's row(s) ``row`` (own storage)."""
         captured = cast(FusedDecoder, self._fused).captured
         assert captured is not None, "the forward ran the captured block"
         return captured[row, captured.shape[1] - last :].clone()
@@ -460,6 +461,9 @@ def _new_tokens(row: _Row) -> int:
 
 def _fed_inputs(row: _Row) -> torch.Tensor | None:
     """The captured block inputs of every id ``row`` fed (its prompt, then each sampled id but the
-    last), or None when none were captured or some are missing."""
-    inputs = torch.cat(row.inputs) if row.inputs else None
+    last), or None when none were captured or some are missing. Joined once: the kept prefix and
+    the result share the tensor."""
+    if len(row.inputs) > 1:
+        row.inputs = [torch.cat(row.inputs)]
+    inputs = row.inputs[0] if row.inputs else None
     return inputs if inputs is not None and inputs.shape[0] == len(row.request.prompt_ids) + len(row.tokens) - 1 else None

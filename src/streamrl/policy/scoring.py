@@ -105,16 +105,16 @@ def forward_for_loss(
             raise ValueError("block_inputs take right-padded rows, not packed ones (segment_ids)")
         first, inputs = block_inputs
         inputs = inputs.to(device=device, dtype=next(decoder.parameters()).dtype)
-        hidden = blocks_from(decoder, inputs, attention_mask, first)
-    elif segment_ids is not None:
-        position_ids = segment_positions(segment_ids)
-        mask_arg: torch.Tensor = as_attention_bias(
-            packed_attention_mask(segment_ids), decoder, next(decoder.parameters()).dtype
-        )
+        hidden = blocks_from(decoder, inputs, attention_mask, first)  # [B, T, H]
     else:
-        position_ids = position_ids_from_mask(attention_mask)
-        mask_arg = attention_mask
-    if block_inputs is None:
+        if segment_ids is not None:
+            position_ids = segment_positions(segment_ids)
+            mask_arg: torch.Tensor = as_attention_bias(
+                packed_attention_mask(segment_ids), decoder, next(decoder.parameters()).dtype
+            )
+        else:
+            position_ids = position_ids_from_mask(attention_mask)
+            mask_arg = attention_mask
         hidden = decoder(input_ids=input_ids, attention_mask=mask_arg, position_ids=position_ids, use_cache=False)
         hidden = hidden.last_hidden_state  # [B, T, H]
 
