@@ -18,7 +18,7 @@ from typing import Any, cast
 import torch
 
 from streamrl.policy.fused_forward import FusedDecoder
-from streamrl.policy.kv_cache import PrefillCache, PrefixStore, SlabCache, SlabPrefill
+from streamrl.policy.kv_cache import Kept, PrefillCache, PrefixStore, SlabCache, SlabPrefill
 from streamrl.policy.modeling import cache_argument, decoder_and_head
 from streamrl.policy.prefill import layout, prefill_groups, shared_prefixes
 from streamrl.policy.protocols import FinishReason, GenerationRequest, GenerationResult
@@ -39,7 +39,7 @@ class _Row:
     logprobs: list[float] = field(default_factory=list)
     slot: int = -1
     next_position: int = 0  # position id of the last sampled token, fed at the next step
-    prefix: Any = None  # (length, keys, values, block inputs) of a reused prompt prefix (PrefixStore.take)
+    prefix: Kept | None = None  # a reused prompt prefix (PrefixStore.take)
     #: pieces of the captured block's inputs at every id fed so far (``capture_layer``)
     inputs: list[torch.Tensor] = field(default_factory=list)
     cancelled: bool = False
@@ -223,7 +223,7 @@ class DecodeLoop:
             self.prefixes.keep(tokens, keys, values, shared=True, inputs=inputs)
             self.stats["prefill_tokens"] += length
             for i in members:
-                fresh[i].prefix = (length, keys, values, inputs)
+                fresh[i].prefix = Kept(length, keys, values, inputs)
 
     def _prefill(self, group: list[_Row]) -> None:
         """One forward over the group's distinct prompts (identical prompts, e.g. a GRPO group's,
@@ -233,7 +233,7 @@ class DecodeLoop:
         source = [distinct.setdefault(tuple(r.request.prompt_ids), len(distinct)) for r in group]
         firsts = {index: row for row, index in zip(group, source)}
         prefixes = [firsts[i].prefix for i in range(len(distinct))]
-        reused = [prefix[0] if prefix else 0 for prefix in prefixes]
+        reused = [prefix.length if prefix else 0 for prefix in prefixes]
         news = [list(prompt[n:]) for prompt, n in zip(distinct, reused)]
         width = max(map(len, distinct))
         input_ids, mask, positions, pad = layout(news, list(map(len, distinct)))
@@ -242,12 +242,14 @@ class DecodeLoop:
         slots = [next(free) for _ in distinct]
         for slot, prefix, new in zip(slots, prefixes, news):
             if prefix:
-                self.slab.place(slot, prefix[1], prefix[2], self.slab.end - len(new))
+                self.slab.place(slot, prefix.keys, prefix.values, self.slab.end - len(new))
         cache = SlabPrefill(self.slab, slots, width, pad.to(self.device) if any(prefixes) else None)
         hidden = self._forward(input_ids, mask[:, None], positions, cache)
         if self.capture_layer is not None:
             for row, i in zip(group, source):  # a prefix kept without inputs leaves the row short: none reported
-                row.inputs = ([prefixes[i][3]] if prefixes[i] and prefixes[i][3] is not None else []) + [self._captured(i, len(news[i]))]
+                prefix = prefixes[i]
+                kept = None if prefix is None else prefix.inputs
+                row.inputs = ([] if kept is None else [kept]) + [self._captured(i, len(news[i]))]
         logits = self._head(hidden[:, -1])[torch.tensor(source, device=self.device)]
         self.stats["prefill_tokens"] += sum(map(len, news))
         self.stats["reused_tokens"] += sum(reused)
@@ -456,7 +458,7 @@ class DecodeLoop:
 
 def _new_tokens(row: _Row) -> int:
     """Prompt tokens ``row`` must prefill: those after its reused prefix."""
-    return len(row.request.prompt_ids) - (row.prefix[0] if row.prefix else 0)
+    return len(row.request.prompt_ids) - (row.prefix.length if row.prefix else 0)
 
 
 def _fed_inputs(row: _Row) -> torch.Tensor | None:

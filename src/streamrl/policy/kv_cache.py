@@ -17,7 +17,7 @@ folded into the query dimension for single-token decode, SDPA with ``enable_gqa`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -133,6 +133,16 @@ class SlabPrefill:
         return tuple(read)
 
 
+class Kept(NamedTuple):
+    """A kept sequence's first ``length`` tokens: per-layer keys and values ``[H_kv, n, D]`` and,
+    when the engine captures them, its block inputs ``[n, H]``."""
+
+    length: int
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    inputs: torch.Tensor | None
+
+
 class PrefixStore:
     """KV of finished sequences, kept so a later prompt that extends one (the next turn of a
     full-history episode: transcript + bridge + observation) prefills only its new tokens.
@@ -161,9 +171,8 @@ class PrefixStore:
         while self.held > self.budget:
             self._drop(next(iter(self._entries)))
 
-    def take(self, prompt: list[int]) -> tuple[int, list[torch.Tensor], list[torch.Tensor], torch.Tensor | None] | None:
-        """The longest kept prefix of ``prompt`` that leaves at least one new token, removed:
-        ``(length, keys, values, inputs)``."""
+    def take(self, prompt: list[int]) -> Kept | None:
+        """The longest kept prefix of ``prompt`` that leaves at least one new token, removed."""
         for length in sorted((n for n in self._lengths if n < len(prompt)), reverse=True):
             key = tuple(prompt[:length])
             if key in self._entries:
@@ -172,7 +181,7 @@ class PrefixStore:
                     self._entries[key] = entry
                 else:
                     self._forget(key)
-                return length, entry[0], entry[1], entry[3]
+                return Kept(length, entry[0], entry[1], entry[3])
         return None
 
     def discard(self, tokens: list[int]) -> None:
