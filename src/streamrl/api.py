@@ -38,7 +38,7 @@ def train(config: ConfigLike = "default", out: str | Path | None = None, *, over
 
     config = as_config(config, overrides, algo)
     preflight(config, demonstrations=config.sft.demos > 0 and config.model.init_from is None, warn=warn)
-    out = Path(out) if out else Path("runs") / f"{config.algo.name}-{config.env.name}"
+    out = Path(out) if out else Path("runs") / f"{config.algo.name}-{config.task_label()}"
     return asyncio.run(train_loop(config, out, resume=resume, overwrite=overwrite))
 
 

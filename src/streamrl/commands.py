@@ -54,7 +54,7 @@ def _config(args: argparse.Namespace, check: bool = True) -> Config:
 
 
 def _out_dir(args: argparse.Namespace, config: Config) -> Path:
-    return Path(args.out).expanduser() if args.out else Path("runs") / f"{config.algo.name}-{safe_name(config.env.name)}"
+    return Path(args.out).expanduser() if args.out else Path("runs") / f"{config.algo.name}-{safe_name(config.task_label())}"
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -111,7 +111,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if run is not None and not args.config and (run / "config.yaml").is_file():
         args.config = [str(run / "config.yaml")]  # a run folder is evaluated with its own settings
     config = _config(args, check=False)  # streamrl.evaluate preflights
-    out = Path(args.out).expanduser() if args.out else (run or Path("runs")) / f"eval-{safe_name(config.env.name)}-{eval_split(config)}"
+    out = Path(args.out).expanduser() if args.out else (run or Path("runs")) / f"eval-{safe_name(config.task_label())}-{eval_split(config)}"
     record = {"step": 0, **evaluate(config, model, out=out)}
     record["model"] = args.model or record["model"]
     print(eval_table([record]))
@@ -123,7 +123,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def eval_split(config: Config) -> str:
-    """The split an evaluation runs on: ``env.eval_split``, else the environment's own."""
+    """The split an evaluation runs on: the agent's (its tasks file decides), ``env.eval_split``, else
+    the environment's own."""
+    if config.agent.function:
+        from streamrl.training.agent_mode import eval_split as agent_eval_split
+
+        return agent_eval_split(config)
     if config.env.eval_split:
         return config.env.eval_split
     from streamrl.envs import make
@@ -166,6 +171,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         engine = make_engine(config.model.engine, policy, seed=config.train.seed, threads=config.model.threads)
         endpoint = Endpoint(engine, policy, resolve_tool_format(policy, config.model.tool_format)[0],
                             settings=EndpointSettings(max_new_tokens=config.rollout.max_new_tokens,
+                                                      max_tokens_cap=8 * config.rollout.max_new_tokens,
+                                                      max_context_tokens=config.rollout.max_context_tokens,
                                                       token=os.environ.get("STREAMRL_ENDPOINT_TOKEN") or None))
         server = await EndpointServer(build_app(endpoint), args.host, args.port).start()
         print(f"serving {config.model.init_from or config.model.spec} at {server.url}/v1 (Ctrl-C stops)", flush=True)

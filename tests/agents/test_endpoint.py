@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from streamrl.agents import AgentBackend, AgentSettings, Endpoint, EndpointServer, Session, build_app, to_trajectory
+from streamrl.agents.protocol import MODEL_NAME
 from streamrl.policy.scripted import CharCodec, ScriptedEngine
 from streamrl.policy.tool_format import resolve_tool_format
 from streamrl.rollout.trajectory import DispatchRecord
@@ -59,7 +60,7 @@ class Served:
 
     def client(self, session: Session | None = None, **kwargs) -> openai.AsyncOpenAI:
         base = f"{self.server.url}/sessions/{session.id}/v1" if session else f"{self.server.url}/v1"
-        return openai.AsyncOpenAI(base_url=base, api_key=session.id if session else "none", max_retries=0, **kwargs)
+        return openai.AsyncOpenAI(base_url=base, api_key=session.key if session else "none", max_retries=0, **kwargs)
 
     def session(self, n: int = 0) -> Session:
         return self.endpoint.sessions.open(Session(f"s{n}", record(n), {"id": f"train/{n}"}))
@@ -69,10 +70,10 @@ def test_plain_and_streamed_completions_and_models():
     async def main():
         async with Served() as served:
             client = served.client()
-            reply = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+            reply = await client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "hi"}])
             assert reply.choices[0].message.content == "Hello there." and reply.choices[0].finish_reason == "stop"
             assert reply.usage.completion_tokens == len("Hello there.") + 1  # and the end-of-turn id
-            stream = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+            stream = await client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "hi"}], stream=True)
             parts = [chunk.choices[0].delta.content or "" async for chunk in stream]
             assert "".join(parts) == "Hello there."
             assert [m.id for m in (await client.models.list()).data] == ["streamrl-policy"]
@@ -101,7 +102,7 @@ def test_tool_calls_round_trip_and_the_session_records_the_engines_ids():
             assert [c.logprobs for c in session.calls] == [r.logprobs for _, r in served.results]
             assert [c.prompt_ids for c in session.calls] == [q.prompt_ids for q, _ in served.results]
             assert session.calls[1].continues
-            session.finished_reward(1.0)
+            session.give_reward(1.0)
             trajectory = to_trajectory(session, "terminated")
             assert trajectory.layout == "full_history" and trajectory.outcome == 1.0 and trajectory.won
             assert trajectory.turns[1].context_ids == served.results[1][0].prompt_ids[
@@ -120,7 +121,7 @@ def test_rewritten_history_breaks_the_prefix_and_becomes_per_step_samples():
             await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "a"}])
             await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "b"}])  # history dropped
             await client.close()
-            session.finished_reward(0.0)
+            session.give_reward(0.0)
             trajectory = to_trajectory(session, "terminated")
             assert trajectory.layout == "per_step" and trajectory.info["prefix_breaks"] == 1
             assert [t.context_ids for t in trajectory.turns] == [q.prompt_ids for q, _ in served.results]
@@ -190,7 +191,7 @@ def test_bad_requests_get_openai_errors(case):
                 huge = {"messages": [{"role": "user", "content": "x" * (2 << 20)}]}
                 assert (await http.post(f"{served.server.url}/v1/chat/completions", json=huge)).status_code == 413
                 gone = await http.post(f"{served.server.url}/sessions/nope/v1/chat/completions", json=body)
-                assert gone.status_code == 404
+                assert gone.status_code == 401  # no key of an open session: nothing said about which ids exist
                 ok = await http.post(f"{served.server.url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
                 assert ok.status_code == 200
 
@@ -224,7 +225,7 @@ async def _posts_reward(client, task):
 
     await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     session = str(client.base_url).rstrip("/").rsplit("/", 2)[-2]
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {client.api_key}"}) as http:
         await http.post(str(client.base_url).split("/sessions/")[0] + f"/sessions/{session}/reward", json={"reward": 0.25})
 
 
@@ -234,7 +235,7 @@ async def _posts_reward(client, task):
     (_crashes, "agent_error", None, "RuntimeError: the agent fell over"),
     (_hangs, "agent_timeout", None, "ran past 0.5 s"),
     (_silent, "no_reward", None, "no reward"),
-    (_nan, "agent_error", None, "not a finite number"),
+    (_nan, "reward_refused", None, "must be finite"),
 ])
 def test_an_agent_episode_ends_with_a_reason_never_an_exception(agent, reason, outcome, phrase):
     async def main():
@@ -273,7 +274,8 @@ def test_an_external_agent_claims_a_dispatched_task_and_reports_its_reward():
                     client = openai.AsyncOpenAI(base_url=claimed["base_url"], api_key=claimed["api_key"], max_retries=0)
                     await client.chat.completions.create(model="m", messages=[{"role": "user", "content": claimed["task"]["prompt"]}])
                     await client.close()
-                    await http.post(f"{backend.server.url}/sessions/{claimed['session_id']}/reward", json={"reward": 1.0})
+                    await http.post(f"{backend.server.url}/sessions/{claimed['session_id']}/reward", json={"reward": 1.0},
+                                    headers={"Authorization": f"Bearer {claimed['api_key']}"})
                     # nothing else dispatched: an empty answer, not an error
                     assert (await http.post(f"{backend.server.url}/sessions/next?wait=0")).status_code == 204
 
@@ -325,7 +327,8 @@ def test_serve_train_learns_from_an_agent_in_another_process(tmp_path):
                 try:
                     client.chat.completions.create(model="m", max_tokens=4,
                                                    messages=[{"role": "user", "content": claimed["task"]["prompt"]}])
-                    http.post(f"{url}/sessions/{claimed['session_id']}/reward", json={"reward": float(played % 2)})
+                    http.post(f"{url}/sessions/{claimed['session_id']}/reward", json={"reward": float(played % 2)},
+                              headers={"Authorization": f"Bearer {claimed['api_key']}"})
                 except (openai.NotFoundError, openai.APIConnectionError, httpx.TransportError):
                     break  # the trainer finished meanwhile and closed the session
                 played += 1

@@ -2,11 +2,12 @@
 
 ``AgentBackend`` is an ``EpisodeBackend``: for each dispatched task it opens a session on an
 in-process endpoint, hands the agent an ``openai.AsyncOpenAI`` client bound to that session
-(``base_url`` .../sessions/<id>/v1, the id as API key), awaits its reward (the return value, or what
-it posted to ``/sessions/<id>/reward``), and returns the session as a trajectory. An agent that
-raises, overruns ``timeout_s`` or gives no finite reward ends its episode with ``agent_error``,
-``agent_timeout`` or ``no_reward`` and the reason text; such an episode has no outcome and is not
-trained on. The dispatcher is unchanged: SPO++'s sampler and frozen baselines choose tasks as they
+(``base_url`` .../sessions/<id>/v1, the session's key as API key), awaits its reward (the return
+value, or what it posted to ``/sessions/<id>/reward``), and returns the session as a trajectory. An
+agent that raises, overruns ``timeout_s``, gives no reward or a refused one (not a finite number
+inside ``reward_range``) ends its episode with ``agent_error``, ``agent_timeout``, ``no_reward`` or
+``reward_refused`` and the reason text; such an episode has no outcome and is not trained on. The
+endpoint serves sessions only: an anonymous caller gets 401. The dispatcher is unchanged: SPO++'s sampler and frozen baselines choose tasks as they
 choose prompts, GRPO's groups replay them.
 """
 
@@ -16,7 +17,6 @@ import asyncio
 import importlib
 import importlib.util
 import json
-import math
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from streamrl.agents.server import Endpoint, EndpointServer, EndpointSettings, build_app
-from streamrl.agents.sessions import Session, to_trajectory
+from streamrl.agents.sessions import DEFAULT_REWARD_RANGE, Session, to_trajectory
 from streamrl.policy.protocols import InferenceEngine
 from streamrl.policy.tool_format import ToolFormat, resolve_tool_format
 from streamrl.rollout.trajectory import DispatchRecord, Trajectory
@@ -95,6 +95,17 @@ class AgentSettings:
     temperature: float | None = 1.0
     top_p: float | None = 1.0
     max_new_tokens: int = 256
+    #: prompt + completion at most (None: the engine's own limit)
+    max_context_tokens: int | None = None
+    reward_range: tuple[float, float] = DEFAULT_REWARD_RANGE
+
+    def endpoint(self, token: str | None = None) -> EndpointSettings:
+        """The endpoint's settings while training: sessions only (and ``token``'s holder)."""
+        return EndpointSettings(max_new_tokens=self.max_new_tokens, max_tokens_cap=8 * self.max_new_tokens,
+                                max_context_tokens=self.max_context_tokens, token=token, anonymous=False)
+
+    def session(self, record: DispatchRecord, task: dict[str, Any]) -> Session:
+        return Session(uuid.uuid4().hex, record, task, self.temperature, self.top_p, self.reward_range)
 
 
 class AgentBackend:
@@ -106,7 +117,7 @@ class AgentBackend:
         self.agent = agent
         self.tasks = {task["id"]: task for task in tasks}
         self.settings = settings
-        self.endpoint = Endpoint(engine, codec, tool_format, settings=EndpointSettings(max_new_tokens=settings.max_new_tokens))
+        self.endpoint = Endpoint(engine, codec, tool_format, settings=settings.endpoint())
         self.server: EndpointServer | None = None
 
     @property
@@ -123,17 +134,18 @@ class AgentBackend:
         await self.start()
         assert self.server is not None
         task = self.tasks[record.prompt_id]
-        session = self.endpoint.sessions.open(Session(uuid.uuid4().hex, record, task, self.settings.temperature, self.settings.top_p))
-        client = openai.AsyncOpenAI(base_url=f"{self.server.url}/sessions/{session.id}/v1", api_key=session.id,
+        session = self.endpoint.sessions.open(self.settings.session(record, task))
+        client = openai.AsyncOpenAI(base_url=f"{self.server.url}/sessions/{session.id}/v1", api_key=session.key,
                                     max_retries=1, timeout=self.settings.timeout_s)
         end_reason, error = "terminated", None
         try:
             returned = await asyncio.wait_for(self.agent(client, dict(task)), self.settings.timeout_s)
             if returned is not None:
-                if isinstance(returned, bool) or not isinstance(returned, (int, float)) or not math.isfinite(returned):
-                    raise ValueError(f"the agent returned {returned!r}, not a finite number")
-                session.finished_reward(float(returned))
-            if session.reward is None:
+                try:
+                    session.give_reward(returned)
+                except ValueError:
+                    pass  # noted in session.refused: the trajectory says reward_refused
+            if session.reward is None and not session.refused:
                 end_reason, error = "no_reward", "the agent returned None and posted no reward"
         except asyncio.TimeoutError:
             end_reason, error = "agent_timeout", f"the agent ran past {self.settings.timeout_s:g} s"
@@ -196,8 +208,7 @@ class ExternalAgentBackend:
         self.engine = engine
         self.tasks = {task["id"]: task for task in tasks}
         self.settings = settings
-        self.endpoint = Endpoint(engine, codec, tool_format,
-                                 settings=EndpointSettings(max_new_tokens=settings.max_new_tokens, token=token))
+        self.endpoint = Endpoint(engine, codec, tool_format, settings=settings.endpoint(token))
         self.pending: asyncio.Queue[Session] = asyncio.Queue()
         self._rewarded: dict[str, asyncio.Event] = {}
         self.server = EndpointServer(build_app(self.endpoint, on_reward=self._on_reward, claim=self._claim), host, port)
@@ -231,8 +242,7 @@ class ExternalAgentBackend:
 
     async def play(self, record: DispatchRecord) -> tuple[Trajectory, str]:
         await self.start()
-        session = self.endpoint.sessions.open(Session(uuid.uuid4().hex, record, self.tasks[record.prompt_id],
-                                                      self.settings.temperature, self.settings.top_p))
+        session = self.endpoint.sessions.open(self.settings.session(record, self.tasks[record.prompt_id]))
         event = self._rewarded[session.id] = asyncio.Event()
         await self.pending.put(session)
         end_reason, error = "terminated", None

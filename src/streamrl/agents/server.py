@@ -1,138 +1,77 @@
 """An OpenAI-compatible chat-completions endpoint over streamrl's engines, recording what the policy
-generated (``sessions.py``).
+generated (``sessions.py``); what a request may ask is ``protocol.py``'s.
 
 Routes (FastAPI):
 
-* ``POST /sessions/{id}/v1/chat/completions`` (or ``POST /v1/chat/completions`` with the session id
-  as the bearer API key): messages, ``tools``, ``tool_choice`` (``auto``/``none``), ``temperature``,
-  ``top_p``, ``max_tokens``/``max_completion_tokens``, ``stop``, ``n`` (1 only), ``stream`` (server-sent
-  events). Messages are rendered by the model's chat template with the tools; the reply's calls are
-  parsed by the model's tool format and returned as ``tool_calls`` (arguments as JSON strings).
-* ``GET /v1/models`` (and under a session).
+* ``POST /sessions/{id}/v1/chat/completions`` (or ``POST /v1/chat/completions`` with the session's
+  key as the bearer API key): messages rendered by the model's chat template with the request's
+  tools; the reply's calls parsed by the model's tool format and returned as ``tool_calls``.
+  ``stream`` sends content as the engine samples it.
+* ``GET /v1/models`` (and under a session); ``GET /health`` (the one route without a key).
 * ``POST /sessions/{id}/reward``: ``{"reward": float}`` ends the episode's scoring; ``{"reward": r,
-  "call": k}`` rewards one call.
+  "call": k}`` rewards one call. A reward that is not a finite number inside ``agent.reward_range``
+  is refused (400) and keeps the episode out of training.
 * ``POST /sessions/next?wait=30`` (``streamrl serve --train``): claim the next dispatched task; the answer
   holds the session's ``base_url``, ``api_key`` and ``task`` (204: nothing yet, ask again).
 
-Every bad request is answered with an OpenAI-style error object and a 4xx status; request bodies
-are bounded (``max_request_bytes``). Generation goes through the ``InferenceEngine`` protocol, so the
-CPU engine and vLLM serve alike.
+Access: a session's routes take the session's key (or the endpoint's token); with a token, every
+other route but ``/health`` needs it; while training, nothing reaches the engine without one of them.
+Every error is an OpenAI-shaped JSON object (unknown routes and methods too); bodies are counted as
+they arrive and refused at ``max_request_bytes``. Generation goes through the ``InferenceEngine``
+protocol, so the CPU engine and vLLM serve alike.
 """
 
 # no ``from __future__ import annotations``: FastAPI reads the route handlers' annotations, which
 # name classes imported inside ``build_app`` (fastapi is an optional dependency)
 import asyncio
 import contextlib
+import hmac
 import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from streamrl.agents.protocol import (
+    MODEL_NAME, Options, RequestError, check_fields, chunk, closing_chunks, completion, context_exceeded, logprobs_content,
+    offered_tools, options_of, parse_json, sampling_of, template_messages,
+)
 from streamrl.agents.sessions import Call, Session, SessionStore, request_key, same_reply
 from streamrl.policy.protocols import GenerationRequest, InferenceEngine, SamplingParams
 from streamrl.policy.tool_format import ToolFormat
-
-MODEL_NAME = "streamrl-policy"
-
-
-class RequestError(Exception):
-    """A bad request: its status and the OpenAI error fields."""
-
-    def __init__(self, message: str, param: str | None = None, status: int = 400, kind: str = "invalid_request_error"):
-        super().__init__(message)
-        self.message, self.param, self.status, self.kind = message, param, status, kind
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": None}}
 
 
 @dataclass(frozen=True)
 class EndpointSettings:
     max_new_tokens: int = 256  # when the request gives none
+    #: the most tokens a request may ask for (``max_tokens`` above it: 400)
+    max_tokens_cap: int = 2048
+    #: prompt + completion at most (a longer prompt: 400 ``context_length_exceeded``); None: the engine's
+    max_context_tokens: int | None = None
     max_request_bytes: int = 1 << 20
-    #: requests without a session (``streamrl serve`` alone) need this bearer token when set
+    #: when set, every route but ``/health`` needs it as the bearer token (a session's routes also
+    #: take the session's own key)
     token: str | None = None
+    #: ``/v1/chat/completions`` without a key is served (``streamrl serve`` without a token); never
+    #: while training, where only sessions (and the token) reach the engine
+    anonymous: bool = True
 
 
-def _wire_calls(calls: Any, where: str) -> list[dict[str, Any]]:
-    """OpenAI wire ``tool_calls`` (arguments as a JSON string) -> the template's (a dict)."""
-    if not isinstance(calls, list):
-        raise RequestError(f"{where}.tool_calls must be a list", f"{where}.tool_calls")
-    converted = []
-    for index, call in enumerate(calls):
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise RequestError(f"{where}.tool_calls[{index}] needs function.name", f"{where}.tool_calls")
-        arguments = function.get("arguments", "{}")
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments or "{}")
-            except ValueError:
-                raise RequestError(f"{where}.tool_calls[{index}].function.arguments is not JSON", f"{where}.tool_calls") from None
-        converted.append({"type": "function", "id": str(call.get("id") or f"call_{index}"),
-                          "function": {"name": function["name"], "arguments": arguments}})
-    return converted
+@dataclass
+class Prepared:
+    """A checked request, ready to generate (or a retry, answered from the record)."""
 
-
-def template_messages(messages: Any) -> list[dict[str, Any]]:
-    """The request's messages in the form chat templates render; a ``RequestError`` naming the first problem."""
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("messages must be a non-empty list", "messages")
-    converted = []
-    for index, message in enumerate(messages):
-        where = f"messages[{index}]"
-        if not isinstance(message, dict):
-            raise RequestError(f"{where} must be an object", where)
-        role = message.get("role")
-        if role not in ("system", "developer", "user", "assistant", "tool"):
-            raise RequestError(f"{where}.role must be system, user, assistant or tool, got {role!r}", f"{where}.role")
-        content = message.get("content")
-        if isinstance(content, list):  # content parts: only text is understood
-            if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
-                raise RequestError(f"{where}.content: only text parts are supported", f"{where}.content")
-            content = "".join(p.get("text", "") for p in content)
-        if content is not None and not isinstance(content, str):
-            raise RequestError(f"{where}.content must be a string", f"{where}.content")
-        out: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": content or ""}
-        if role == "assistant" and message.get("tool_calls"):
-            out["tool_calls"] = _wire_calls(message["tool_calls"], where)
-        if role == "tool":
-            out["tool_call_id"] = str(message.get("tool_call_id", ""))
-            if message.get("name"):
-                out["name"] = str(message["name"])
-        converted.append(out)
-    return converted
-
-
-def _number(body: dict[str, Any], name: str, low: float, high: float, default: float) -> float:
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise RequestError(f"{name} must be a number in [{low}, {high}], got {value!r}", name)
-    return float(value)
-
-
-def sampling_of(body: dict[str, Any], session: Session | None, settings: EndpointSettings, end_id: int) -> SamplingParams:
-    if body.get("n") not in (None, 1):
-        raise RequestError("n must be 1 (one completion per request)", "n")
-    temperature = _number(body, "temperature", 0.0, 2.0, 1.0)
-    top_p = _number(body, "top_p", 0.0, 1.0, 1.0)
-    if session is not None and session.temperature is not None:  # training: the trainer's sampling wins
-        temperature, top_p = session.temperature, session.top_p if session.top_p is not None else 1.0
-    limit = body.get("max_completion_tokens", body.get("max_tokens"))
-    if limit is None:
-        limit = settings.max_new_tokens
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise RequestError(f"max_tokens must be a positive integer, got {limit!r}", "max_tokens")
-    stop = body.get("stop") or []
-    stop = [stop] if isinstance(stop, str) else stop
-    if not isinstance(stop, list) or len(stop) > 4 or not all(isinstance(s, str) and s for s in stop):
-        raise RequestError("stop must be a string or a list of up to 4 non-empty strings", "stop")
-    return SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=min(limit, settings.max_new_tokens * 8),
-                          stop_token_ids=(end_id,), stop_strings=tuple(stop))
+    session: Session | None
+    key: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    options: Options
+    head: dict[str, Any]  # the answer's id, created and model
+    prompt: list[int] = field(default_factory=list)
+    continues: bool = False
+    sampling: SamplingParams | None = None
+    answered: dict[str, Any] | None = None
 
 
 class Endpoint:
@@ -147,51 +86,77 @@ class Endpoint:
         self.settings = settings or EndpointSettings()
         self.calls_served = 0
 
-    def session_of(self, session_id: str | None) -> Session | None:
-        if session_id is None:
-            return None
+    def session_of(self, session_id: str) -> Session:
         session = self.sessions.get(session_id)
         if session is None:
             raise RequestError(f"no open session {session_id!r} (it ended, or was never opened)", None, 404, "not_found_error")
         return session
 
-    async def complete(self, body: Any, session: Session | None) -> dict[str, Any]:
-        """One chat completion (a ``chat.completion`` object)."""
+    def prepare(self, body: Any, session: Session | None) -> Prepared:
+        """Check a request and render its prompt; a ``RequestError`` names the first problem."""
         if not isinstance(body, dict):
             raise RequestError("the request body must be a JSON object")
+        check_fields(body)
+        if session is None and body.get("model") not in (None, MODEL_NAME):  # as vLLM's server answers
+            raise RequestError(f"The model `{body['model']}` does not exist (this endpoint serves {MODEL_NAME!r})",
+                               "model", 404, "NotFoundError", "model_not_found")
         messages = template_messages(body.get("messages"))
-        tools = body.get("tools") or None
-        if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) and t.get("type") == "function"
-                                                                          and isinstance(t.get("function"), dict) for t in tools)):
-            raise RequestError("tools must be a list of {type: function, function: {...}}", "tools")
-        if body.get("tool_choice") not in (None, "auto", "none"):
-            raise RequestError("tool_choice: only 'auto' and 'none' are supported", "tool_choice")
-        if body.get("tool_choice") == "none":
-            tools = None
-        sampling = sampling_of(body, session, self.settings, self.codec.end_of_turn_id)
+        tools = offered_tools(body)
+        options = options_of(body, self.settings.max_tokens_cap)
         key = request_key(body)
+        head = {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "created": int(time.time()), "model": MODEL_NAME}
         if session is not None and session.calls and session.calls[-1].key == key:
             session.retries += 1  # a retry of the last call: the same answer, not generated or trained twice
-            return session.calls[-1].response
+            answered = session.calls[-1].response
+            return Prepared(session, key, messages, tools, options, {k: answered[k] for k in head}, answered=answered)
         prompt, continues = self._prompt(messages, tools, session)
-        result = await self.engine.generate(GenerationRequest(f"{session.id if session else 'anon'}:{uuid.uuid4().hex[:8]}", prompt, sampling))
+        limit = self.settings.max_context_tokens
+        room = None if limit is None else limit - len(prompt)
+        if room is not None and (room < 1 or (options.max_tokens or 0) > room):
+            raise context_exceeded(limit, len(prompt), options.max_tokens)  # type: ignore[arg-type]
+        new_tokens = min(options.max_tokens or self.settings.max_new_tokens, room or self.settings.max_tokens_cap)
+        trainer = None if session is None or session.temperature is None else (
+            session.temperature, session.top_p if session.top_p is not None else 1.0)
+        sampling = sampling_of(options, new_tokens, self.codec.end_of_turn_id, trainer)
+        return Prepared(session, key, messages, tools, options, head, prompt, continues, sampling)
+
+    async def run(self, prepared: Prepared, on_token: Callable[[int], None] | None = None) -> dict[str, Any]:
+        """Generate the answer to ``prepared`` (a ``chat.completion``), calling ``on_token`` with each
+        id as the engine samples it (engines that cannot: not at all), and record it in the session."""
+        if prepared.answered is not None:
+            return prepared.answered
+        session = prepared.session
+        request = GenerationRequest(f"{session.id if session else 'anon'}:{prepared.head['id'][9:]}", prepared.prompt,
+                                    prepared.sampling or SamplingParams(), on_token=on_token)
+        result = await self.engine.generate(request)
+        if result.error is not None or result.finish_reason in ("error", "abort"):
+            raise RequestError(f"generation failed ({result.finish_reason}): {result.error or 'the engine aborted it'}",
+                               None, 503 if result.finish_reason == "abort" else 500, "server_error")
         ids = list(result.token_ids)
         text = self.codec.decode(ids[:-1] if ids[-1:] == [self.codec.end_of_turn_id] else ids)
+        tools = prepared.tools
         parsed = self.tool_format.parse(text) if tools else {"content": text.strip(), "tool_calls": []}
+        offered = {t["function"]["name"] for t in tools or []}
         decoded = [c for c in parsed.get("tool_calls") or [] if c.get("error") is None]
         errors = [str(c["error"]) for c in parsed.get("tool_calls") or [] if c.get("error") is not None]
-        call_id = uuid.uuid4().hex[:12]
+        errors += [f"unknown_tool: {c['name']!r} was not offered" for c in decoded if c["name"] not in offered]
         reply: dict[str, Any] = {"role": "assistant", "content": parsed.get("content") or ""}
         if decoded:
-            reply["tool_calls"] = [{"type": "function", "id": f"call_{call_id}_{i}",
+            reply["tool_calls"] = [{"type": "function", "id": f"call_{prepared.head['id'][9:]}_{i}",
                                     "function": {"name": c["name"], "arguments": c["arguments"]}} for i, c in enumerate(decoded)]
         finish = "tool_calls" if decoded else ("length" if result.finish_reason == "length" else "stop")
-        response = self._response(call_id, reply, finish, len(prompt), len(result.token_ids))
+        logprobs = logprobs_content([self.codec.decode([i]) for i in ids], list(result.logprobs)) if prepared.options.logprobs else None
+        response = completion(prepared.head, reply, finish, len(prepared.prompt), len(ids), logprobs)
         self.calls_served += 1
         if session is not None:
-            session.calls.append(Call(key, messages, reply, response, prompt, list(result.token_ids), list(result.logprobs),
-                                      result.policy_version, result.finish_reason, text, errors, continues))
+            session.calls.append(Call(prepared.key, prepared.messages, reply, response, prepared.prompt, ids,
+                                      list(result.logprobs), result.policy_version, result.finish_reason, text, errors,
+                                      prepared.continues))
         return response
+
+    async def complete(self, body: Any, session: Session | None) -> dict[str, Any]:
+        """One chat completion (a ``chat.completion`` object)."""
+        return await self.run(self.prepare(body, session))
 
     def _prompt(self, messages: list[dict[str, Any]], tools: Any, session: Session | None) -> tuple[list[int], bool]:
         """The prompt ids, and whether they continue the session's previous call (prompt + completion)."""
@@ -212,90 +177,143 @@ class Endpoint:
             previous.prompt_ids + previous.completion_ids)
         return prompt, extended
 
-    @staticmethod
-    def _response(call_id: str, reply: dict[str, Any], finish: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": reply["content"] or None}
-        if reply.get("tool_calls"):
-            message["tool_calls"] = [
-                {"id": c["id"], "type": "function",
-                 "function": {"name": c["function"]["name"], "arguments": json.dumps(c["function"]["arguments"], ensure_ascii=False)}}
-                for c in reply["tool_calls"]
-            ]
-        return {
-            "id": f"chatcmpl-{call_id}", "object": "chat.completion", "created": int(time.time()), "model": MODEL_NAME,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
-        }
+
+class ContentStream:
+    """The content of a reply as its ids arrive, held back where it might still turn out to be a
+    tool call or a stop string (so what was streamed is always a prefix of the final content)."""
+
+    def __init__(self, endpoint: Endpoint, prepared: Prepared):
+        self.endpoint, self.tools = endpoint, prepared.tools
+        self.hold = max([16, *map(len, prepared.options.stop)])  # longer than any call's opening tag
+        self.ids: list[int] = []
+        self.sent = ""
+        self.calls_started = False
+
+    def push(self, token: int) -> str:
+        """The content that can be sent now that ``token`` came ('' if none)."""
+        self.ids.append(token)
+        if self.calls_started or token == self.endpoint.codec.end_of_turn_id:
+            return ""
+        text = self.endpoint.codec.decode(self.ids)
+        parsed = self.endpoint.tool_format.parse(text) if self.tools else {"content": text.strip()}
+        if parsed.get("tool_calls"):
+            self.calls_started = True
+            return ""
+        content = parsed.get("content") or ""
+        safe = content[: max(0, len(content) - self.hold)]
+        if len(safe) <= len(self.sent) or not safe.startswith(self.sent):
+            return ""
+        delta, self.sent = safe[len(self.sent):], safe
+        return delta
 
 
-def stream_chunks(response: dict[str, Any]) -> list[dict[str, Any]]:
-    """A completion as ``chat.completion.chunk`` events: the role, the content, the calls, the finish."""
-    choice = response["choices"][0]
-    message = choice["message"]
-    base = {"id": response["id"], "object": "chat.completion.chunk", "created": response["created"], "model": response["model"]}
+def _event(value: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(value)}\n\n".encode()
 
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
 
-    chunks = [chunk({"role": "assistant", "content": ""})]
-    if message.get("content"):
-        chunks.append(chunk({"content": message["content"]}))
-    for index, call in enumerate(message.get("tool_calls") or []):
-        chunks.append(chunk({"tool_calls": [{"index": index, **call}]}))
-    chunks.append(chunk({}, choice["finish_reason"]))
-    return chunks
+async def stream_events(endpoint: Endpoint, prepared: Prepared) -> AsyncIterator[bytes]:
+    """Server-sent events of one completion, content sent as the engine samples it."""
+    arrived: asyncio.Queue[int | None] = asyncio.Queue()
+    task = asyncio.ensure_future(endpoint.run(prepared, on_token=arrived.put_nowait))
+    task.add_done_callback(lambda _: arrived.put_nowait(None))
+    content = ContentStream(endpoint, prepared)
+    try:
+        yield _event(chunk(prepared.head, {"role": "assistant", "content": ""}))
+        while (token := await arrived.get()) is not None:
+            if delta := content.push(token):
+                yield _event(chunk(prepared.head, {"content": delta}))
+        try:
+            response = task.result()
+        except RequestError as exc:  # the stream has begun: the error travels as an event
+            yield _event(exc.body())
+        else:
+            for event in closing_chunks(response, content.sent, prepared.options.include_usage):
+                yield _event(event)
+        yield b"data: [DONE]\n\n"
+    finally:
+        if not task.done():  # the client went away: stop generating for nobody
+            task.cancel()
 
 
 def build_app(endpoint: Endpoint, on_reward: Callable[[Session], None] | None = None,
               claim: Callable[[float], Any] | None = None) -> Any:
-    """The FastAPI application over ``endpoint``. ``on_reward`` hears each session's final reward;
-    ``claim(wait_s)`` (``streamrl serve --train``) hands out the next dispatched session, or None."""
+    """The FastAPI application over ``endpoint``. ``on_reward`` hears each session's final reward
+    (or its refusal); ``claim(wait_s)`` (``streamrl serve --train``) hands out the next dispatched
+    session, or None."""
     from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response, StreamingResponse
+    from starlette.exceptions import HTTPException
     from starlette.requests import ClientDisconnect
 
-    app = FastAPI(title="streamrl endpoint", docs_url=None, redoc_url=None)
+    app = FastAPI(title="streamrl endpoint", docs_url=None, redoc_url=None, openapi_url=None)
+    settings = endpoint.settings
 
     def error(exc: RequestError) -> JSONResponse:
         return JSONResponse(exc.body(), status_code=exc.status)
 
-    async def read_body(request: Request) -> Any:
-        size = int(request.headers.get("content-length") or 0)
-        if size > endpoint.settings.max_request_bytes:
-            raise RequestError(f"request body of {size} bytes exceeds {endpoint.settings.max_request_bytes}", None, 413)
-        raw = await request.body()
-        if len(raw) > endpoint.settings.max_request_bytes:
-            raise RequestError(f"request body exceeds {endpoint.settings.max_request_bytes} bytes", None, 413)
-        try:
-            return json.loads(raw or b"null")
-        except ValueError:
-            raise RequestError("the request body is not valid JSON") from None
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:  # unknown routes, wrong methods
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return error(RequestError(f"{request.method} {request.url.path}: {exc.detail}", None, exc.status_code, kind))
 
-    def bearer(request: Request) -> str | None:
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error(RequestError(f"invalid request: {exc.errors()[:1]}"))
+
+    async def read_body(request: Request) -> Any:
+        """The JSON body, counted as it streams in (with or without Content-Length) and refused at the cap."""
+        cap = settings.max_request_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > cap:
+            raise RequestError(f"request body of {declared} bytes exceeds {cap}", None, 413)
+        parts, size = [], 0
+        async for part in request.stream():
+            size += len(part)
+            if size > cap:
+                raise RequestError(f"request body exceeds {cap} bytes", None, 413)
+            parts.append(part)
+        return parse_json(b"".join(parts))
+
+    def bearer(request: Request) -> str:
         value = request.headers.get("authorization", "")
-        return value[7:].strip() if value.lower().startswith("bearer ") else None
+        return value[7:].strip() if value.lower().startswith("bearer ") else ""
+
+    def is_token(key: str) -> bool:
+        return settings.token is not None and hmac.compare_digest(key.encode(), settings.token.encode())
+
+    def unauthorised(what: str) -> RequestError:
+        return RequestError(f"{what} needs a valid API key (Authorization: Bearer ...)", None, 401, "authentication_error")
+
+    def caller(request: Request, session_id: str | None) -> Session | None:
+        """Who may call: a session (by its key, or the token on its route), or anonymous; else 401."""
+        key = bearer(request)
+        if session_id is not None:
+            expected = endpoint.sessions.key_of(session_id)
+            if not is_token(key) and not (expected and key and hmac.compare_digest(key.encode(), expected.encode())):
+                raise unauthorised(f"session {session_id[:8]}...")
+            return endpoint.session_of(session_id)  # the key's holder hears when its session ended (404)
+        session = endpoint.sessions.by_key(key) if key else None
+        if session is not None or is_token(key) or (settings.token is None and settings.anonymous):
+            return session
+        raise unauthorised("this endpoint")
 
     async def completions(request: Request, session_id: str | None) -> Any:
         try:
-            session = endpoint.session_of(session_id)
-            if session is None and endpoint.settings.token is not None and bearer(request) != endpoint.settings.token:
-                raise RequestError("a valid bearer token is required", None, 401, "authentication_error")
-            body = await read_body(request)
-            response = await endpoint.complete(body, session)
+            prepared = endpoint.prepare(await read_body(request), caller(request, session_id))
+            if prepared.options.stream:
+                return StreamingResponse(stream_events(endpoint, prepared), media_type="text/event-stream")
+            return JSONResponse(await endpoint.run(prepared))
         except RequestError as exc:
             return error(exc)
         except ClientDisconnect:  # the agent went away (its episode was cancelled): nobody to answer
             return Response(status_code=499)
         except Exception as exc:  # the engine failed: an error answer, never a crashed server
             return error(RequestError(f"generation failed: {type(exc).__name__}: {exc}", None, 500, "server_error"))
-        if isinstance(body, dict) and body.get("stream"):
-            async def events() -> AsyncIterator[bytes]:
-                for chunk in stream_chunks(response):
-                    yield f"data: {json.dumps(chunk)}\n\n".encode()
-                yield b"data: [DONE]\n\n"
-            return StreamingResponse(events(), media_type="text/event-stream")
-        return JSONResponse(response)
+
+    @app.get("/health")
+    async def health() -> Any:
+        return {"ok": True}
 
     @app.post("/sessions/{session_id}/v1/chat/completions")
     async def session_completions(session_id: str, request: Request) -> Any:
@@ -303,12 +321,15 @@ def build_app(endpoint: Endpoint, on_reward: Callable[[Session], None] | None = 
 
     @app.post("/v1/chat/completions")
     async def plain_completions(request: Request) -> Any:
-        token = bearer(request)  # a session's id is also its API key
-        return await completions(request, token if token and endpoint.sessions.get(token) else None)
+        return await completions(request, None)
 
     @app.get("/v1/models")
     @app.get("/sessions/{session_id}/v1/models")
-    async def models(session_id: str | None = None) -> Any:
+    async def models(request: Request, session_id: str | None = None) -> Any:
+        try:
+            caller(request, session_id)
+        except RequestError as exc:
+            return error(exc)
         return {"object": "list", "data": [{"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "streamrl"}]}
 
     @app.post("/sessions/next")
@@ -316,36 +337,37 @@ def build_app(endpoint: Endpoint, on_reward: Callable[[Session], None] | None = 
         if claim is None:
             return error(RequestError("this endpoint hands out no tasks (start it with streamrl serve --train)", None, 404,
                                       "not_found_error"))
-        if endpoint.settings.token is not None and bearer(request) != endpoint.settings.token:
-            return error(RequestError("a valid bearer token is required", None, 401, "authentication_error"))
-        wait = request.query_params.get("wait", "30")
+        if settings.token is not None and not is_token(bearer(request)):
+            return error(unauthorised("claiming a task"))
         try:
-            session = await claim(min(max(float(wait), 0.0), 300.0))
+            wait = min(max(float(request.query_params.get("wait", "30")), 0.0), 300.0)
         except ValueError:
             return error(RequestError("wait must be a number of seconds", "wait"))
+        session = await claim(wait)
         if session is None:
             return Response(status_code=204)  # nothing dispatched yet: ask again
         return {"session_id": session.id, "base_url": f"{str(request.base_url).rstrip('/')}/sessions/{session.id}/v1",
-                "api_key": session.id, "task": session.task}
+                "api_key": session.key, "task": session.task}
 
     @app.post("/sessions/{session_id}/reward")
     async def reward(session_id: str, request: Request) -> Any:
         try:
-            session = endpoint.session_of(session_id)
-            assert session is not None  # session_of(a str) returns a session or raises
+            session = caller(request, session_id)
+            assert session is not None  # caller(a session id) returns its session or raises
             body = await read_body(request)
-            value = body.get("reward") if isinstance(body, dict) else None
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise RequestError("reward must be a number", "reward")
+            if not isinstance(body, dict):
+                raise RequestError("the request body must be a JSON object {reward, call?}")
             call = body.get("call")
-            if call is None:
-                session.finished_reward(float(value))
-            elif isinstance(call, int) and 0 <= call < len(session.calls):
-                session.call_rewards[call] = float(value)
-            else:
-                raise RequestError(f"call must index one of the session's {len(session.calls)} calls", "call")
-        except ValueError as exc:
-            return error(RequestError(str(exc), "reward"))
+            if call is not None and (isinstance(call, bool) or not isinstance(call, int)):
+                raise RequestError(f"call must be an integer index, got {call!r}", "call")
+            refusals = len(session.refused)
+            try:
+                session.give_reward(body.get("reward"), call)
+            except ValueError as exc:
+                refused = len(session.refused) > refusals
+                if refused and call is None and on_reward is not None:
+                    on_reward(session)  # a refused final reward ends the episode (not trained on)
+                raise RequestError(str(exc), "reward" if refused else "call") from None
         except RequestError as exc:
             return error(exc)
         if on_reward is not None and call is None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,10 @@ class Call:
     continues: bool = False
 
 
+#: rewards a session accepts when nothing narrower is configured (``agent.reward_range``)
+DEFAULT_REWARD_RANGE = (-1e3, 1e3)
+
+
 @dataclass
 class Session:
     """An episode in progress: its dispatch record, task and the calls served so far."""
@@ -56,18 +61,41 @@ class Session:
     #: the trainer's sampling for this session (None: the client's own values are used)
     temperature: float | None = None
     top_p: float | None = None
+    #: the rewards accepted; anything else (not a number, not finite, outside) is refused
+    reward_range: tuple[float, float] = DEFAULT_REWARD_RANGE
     calls: list[Call] = field(default_factory=list)
     reward: float | None = None
     #: rewards given to single calls (``POST .../reward`` with ``call``), by call index
     call_rewards: dict[int, float] = field(default_factory=dict)
+    #: why each refused reward was refused: one refusal keeps the episode out of training
+    refused: list[str] = field(default_factory=list)
+    #: the session's API key (its id travels in URLs and logs; the key only in a header)
+    key: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     opened_at: float = field(default_factory=time.time)
     closed: bool = False
     retries: int = 0
 
-    def finished_reward(self, reward: float) -> None:
-        if not math.isfinite(reward):
-            raise ValueError(f"reward must be a finite number, got {reward!r}")
-        self.reward = float(reward)
+    def give_reward(self, value: Any, call: int | None = None) -> None:
+        """Record the episode's reward (``call``: one call's). Raises ``ValueError`` saying why a
+        reward is refused, after noting the refusal (the episode is then not trained on)."""
+        low, high = self.reward_range
+        where = "reward" if call is None else f"reward of call {call}"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            problem = f"{where} must be a number, got {value!r}"
+        elif not math.isfinite(value):
+            problem = f"{where} must be finite, got {value!r}"
+        elif not low <= value <= high:
+            problem = f"{where} {value!r} is outside agent.reward_range [{low:g}, {high:g}]"
+        elif call is not None and not 0 <= call < len(self.calls):
+            raise ValueError(f"call must index one of the session's {len(self.calls)} calls")
+        else:
+            if call is None:
+                self.reward = float(value)
+            else:
+                self.call_rewards[call] = float(value)
+            return
+        self.refused.append(problem)
+        raise ValueError(problem)
 
 
 def request_key(body: dict[str, Any]) -> str:
@@ -77,21 +105,38 @@ def request_key(body: dict[str, Any]) -> str:
 class SessionStore:
     """The open sessions of an endpoint, by id (the id is also the session's API key)."""
 
+    #: closed sessions whose keys are remembered, so their agents hear "ended" rather than 401
+    REMEMBERED = 4096
+
     def __init__(self) -> None:
         self._sessions: dict[str, Session] = {}
+        self._by_key: dict[str, Session] = {}
+        self._closed_keys: dict[str, str] = {}  # id -> key, oldest first
 
     def open(self, session: Session) -> Session:
         if session.id in self._sessions:
             raise ValueError(f"session {session.id!r} is already open")
-        self._sessions[session.id] = session
+        self._sessions[session.id] = self._by_key[session.key] = session
         return session
 
     def get(self, session_id: str) -> Session | None:
         return self._sessions.get(session_id)
 
+    def by_key(self, key: str) -> Session | None:
+        return self._by_key.get(key)
+
+    def key_of(self, session_id: str) -> str | None:
+        """The key of an open or recently closed session."""
+        session = self._sessions.get(session_id)
+        return session.key if session is not None else self._closed_keys.get(session_id)
+
     def close(self, session_id: str) -> Session | None:
         session = self._sessions.pop(session_id, None)
         if session is not None:
+            self._by_key.pop(session.key, None)
+            self._closed_keys[session_id] = session.key
+            if len(self._closed_keys) > self.REMEMBERED:
+                del self._closed_keys[next(iter(self._closed_keys))]
             session.closed = True
         return session
 
@@ -110,17 +155,23 @@ def same_reply(returned: dict[str, Any], sent_back: dict[str, Any]) -> bool:
 def to_trajectory(session: Session, end_reason: str, error: str | None = None) -> Trajectory:
     """The session as a trajectory. Merged (full history) when every call continued the previous
     one, else one per-step sample per call; the reward is the episode's, on its last turn (plus any
-    per-call rewards). Without a reward the trajectory has no outcome (not trained on)."""
+    per-call rewards). Each turn's observation is what the agent sent back before its next call
+    (tool results, user messages). Without an accepted reward, or with a refused one
+    (``reward_refused``), the trajectory has no outcome (not trained on)."""
+    if session.refused and end_reason == "terminated":
+        end_reason, error = "reward_refused", "; ".join(session.refused)
     merged = all(call.continues for call in session.calls[1:])
     trajectory = Trajectory(dispatch=session.record, layout="full_history" if merged else "per_step")
     trajectory.task_type = str(session.task.get("type", "agent"))
-    trajectory.initial_observation = str(session.task.get("prompt", session.task.get("question", "")))
+    first = session.calls[0].messages if session.calls else []
+    trajectory.initial_observation = transcript(first) or str(session.task.get("prompt", session.task.get("question", "")))
     previous_end = 0
     for index, call in enumerate(session.calls):
         context = call.prompt_ids[previous_end:] if merged else call.prompt_ids
         previous_end = len(call.prompt_ids) + len(call.completion_ids)
         last = index == len(session.calls) - 1
         reward = session.call_rewards.get(index, 0.0) + (session.reward or 0.0 if last else 0.0)
+        answered = [] if last else sent_back(call.messages, session.calls[index + 1].messages)
         trajectory.turns.append(Turn(
             context_ids=list(context),
             action_ids=list(call.completion_ids),
@@ -133,11 +184,12 @@ def to_trajectory(session: Session, end_reason: str, error: str | None = None) -
             done=last and session.reward is not None,
             finish_reason=call.finish_reason,
             policy_version=call.policy_version,
-            observation="",
+            observation=transcript(answered),
             info={"task_id": session.record.prompt_id, "format_valid": not call.call_errors},
             format_reason="; ".join(call.call_errors) or None,
             tool_calls=[{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
                         for c in call.reply.get("tool_calls") or []],
+            reply=answered,
         ))
     trajectory.end_reason = end_reason  # type: ignore[assignment]
     trajectory.error = error
@@ -147,6 +199,23 @@ def to_trajectory(session: Session, end_reason: str, error: str | None = None) -
     trajectory.info = {"task_id": session.record.prompt_id, "won": trajectory.won,
                        "calls": len(session.calls), "prefix_breaks": prefix_breaks(session), "retries": session.retries}
     return trajectory
+
+
+def sent_back(before: list[dict[str, Any]], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the agent sent back after a reply (tool results, user messages), as ``Turn.reply``
+    records them: the next request's messages after its last assistant message, or (an agent that
+    keeps no assistant messages) those the previous request did not have."""
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
+    added = messages[last + 1:] if last is not None else [m for m in messages if m not in before]
+    return [{key: message[key] for key in ("role", "name", "content") if key in message} for message in added]
+
+
+def transcript(messages: list[dict[str, Any]]) -> str:
+    """Messages as text, one ``role: content`` block each (a tool result names its tool)."""
+    def who(message: dict[str, Any]) -> str:
+        return f"tool {message['name']}" if message.get("role") == "tool" and message.get("name") else str(message.get("role"))
+
+    return "\n".join(f"{who(m)}: {m.get('content') or ''}" for m in messages)
 
 
 def prefix_breaks(session: Session) -> int:

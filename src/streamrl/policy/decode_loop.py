@@ -11,6 +11,8 @@ its worker thread.
 
 from __future__ import annotations
 
+import contextlib
+
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -351,6 +353,9 @@ class DecodeLoop:
         for i, (row, token, logprob) in enumerate(zip(rows, ids.tolist(), logprobs.tolist())):
             row.tokens.append(token)
             row.logprobs.append(logprob)
+            if row.request.on_token is not None:
+                with contextlib.suppress(Exception):  # a listener's failure is not the row's
+                    row.request.on_token(token)
             self.stats["generated_tokens"] += 1
             if positions is not None:
                 row.next_position = positions[i]

@@ -35,6 +35,7 @@ engine shutdown. Continuous batching and the paged KV cache are vLLM's own.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -131,6 +132,9 @@ class HFEngine:
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[GenerationResult] = loop.create_future()
+        if request.on_token is not None:  # the decode thread hands each id to the caller's loop
+            listener = request.on_token
+            request = dataclasses.replace(request, on_token=lambda token: loop.call_soon_threadsafe(listener, token))
 
         def deliver(result: GenerationResult) -> None:
             try:

@@ -5,6 +5,7 @@ their behaviour log-probs; text is for display and parsing only, never re-tokeni
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -28,6 +29,9 @@ class GenerationRequest:
     request_id: str
     prompt_ids: list[int]
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    #: called with each id as it is sampled, on the caller's event loop (a streamed answer); engines
+    #: that cannot call it as they go never do, and the caller has the whole result at the end
+    on_token: Callable[[int], None] | None = field(default=None, compare=False, repr=False)
 
     def problem(self, vocab_size: int, max_positions: int, banned: frozenset[int] = frozenset()) -> str | None:
         """Why an engine with ``vocab_size`` ids, ``max_positions`` positions and ``banned`` ids

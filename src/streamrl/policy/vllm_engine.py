@@ -153,9 +153,14 @@ class VLLMEngine:
             self._running += 1
         try:
             params = self._surface.sampling_params(**sampling_kwargs(request.sampling, self._allowed))
-            final = None
+            final, streamed = None, 0
             async for output in self._surface.generate(list(request.prompt_ids), params, request.request_id):
                 final = output
+                if request.on_token is not None and output.outputs:  # outputs are cumulative
+                    ids = output.outputs[0].token_ids
+                    for token in ids[streamed:]:
+                        request.on_token(int(token))
+                    streamed = len(ids)
             return to_result(request.request_id, final, version)
         except asyncio.CancelledError:
             asyncio.ensure_future(self._surface.abort(request.request_id))

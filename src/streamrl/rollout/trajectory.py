@@ -29,9 +29,10 @@ EndReason = Literal[
     "engine_abort",  # the engine aborted the request
     "parser_error",  # the action parser raised (it must not; recorded, not propagated)
     "worker_lost",  # the rollout worker playing it died (or hung) on every attempt
-    "agent_error",  # an agent function (streamrl.agents) raised or returned a non-finite reward
+    "agent_error",  # an agent function (streamrl.agents) raised
     "agent_timeout",  # an agent function ran past its timeout
     "no_reward",  # an agent function ended without a reward
+    "reward_refused",  # an agent's reward was refused (not a number, not finite, outside agent.reward_range)
 ]
 END_REASONS: tuple[str, ...] = get_args(EndReason)
 

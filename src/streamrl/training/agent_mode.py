@@ -20,16 +20,23 @@ def agent_tasks(config: Config) -> dict[str, list[dict[str, Any]]]:
     return read_tasks(config.agent.tasks)
 
 
+def agent_settings(config: Config, temperature: float | None = None) -> Any:
+    """The sessions' settings from the configuration (``temperature``: another than the rollout's)."""
+    from streamrl.agents import AgentSettings
+
+    rollout = config.rollout
+    return AgentSettings(timeout_s=config.agent.timeout_s, temperature=rollout.temperature if temperature is None else temperature,
+                         top_p=rollout.top_p, max_new_tokens=rollout.max_new_tokens,
+                         max_context_tokens=rollout.max_context_tokens, reward_range=tuple(config.agent.reward_range))
+
+
 def agent_player(config: Config, split: str = "train", temperature: float | None = None) -> Any:
     """An ``AgentPlayer``: builds, over an engine and a policy, the backend in which the agent plays
     ``split``'s tasks at the rollout's sampling (``temperature``: another), here or in a Ray worker."""
-    from streamrl.agents import AgentPlayer, AgentSettings
+    from streamrl.agents import AgentPlayer
 
     assert config.agent.function is not None
-    rollout = config.rollout
-    settings = AgentSettings(timeout_s=config.agent.timeout_s,
-                             temperature=rollout.temperature if temperature is None else temperature,
-                             top_p=rollout.top_p, max_new_tokens=rollout.max_new_tokens)
+    settings = agent_settings(config, temperature)
     tasks = agent_tasks(config)
     return AgentPlayer(config.agent.function, tasks[split] if split in tasks else tasks["train"], settings,
                        config.model.tool_format)
@@ -45,14 +52,10 @@ def external_backend(config: Config, engine: InferenceEngine, policy: Policy) ->
     """The endpoint of ``streamrl serve --train``: agents elsewhere claim the dispatched tasks."""
     import os
 
-    from streamrl.agents import AgentSettings
     from streamrl.agents.runner import ExternalAgentBackend
 
-    rollout = config.rollout
-    settings = AgentSettings(timeout_s=config.agent.timeout_s, temperature=rollout.temperature, top_p=rollout.top_p,
-                             max_new_tokens=rollout.max_new_tokens)
     return ExternalAgentBackend(engine, policy, resolve_tool_format(policy, config.model.tool_format)[0],
-                                agent_tasks(config)["train"], settings, config.agent.host, config.agent.port,
+                                agent_tasks(config)["train"], agent_settings(config), config.agent.host, config.agent.port,
                                 os.environ.get("STREAMRL_ENDPOINT_TOKEN") or None)
 
 

@@ -8,6 +8,7 @@ for a choice, the allowed values, before any work starts.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -282,13 +283,33 @@ class AgentConfig(Section):
     #: JSONL file of tasks (``split`` train by default; ``test`` rows are evaluated)
     tasks: str | None = None
     timeout_s: Float = Field(300.0, gt=0.0)
-    #: what the agent's rewards range over (SPO++'s prior and baselines)
+    #: what the agent's rewards range over (SPO++'s prior and baselines); a reward outside it is refused
+    #: (400 over HTTP) and its episode recorded as ``reward_refused``, not trained on
     reward_range: tuple[Float, Float] = (0.0, 1.0)
     #: agents in other processes claim the tasks (``streamrl serve --train``) instead of ``function``
     external: StrictBool = False
     #: where the endpoint listens (another host than 127.0.0.1 needs $STREAMRL_ENDPOINT_TOKEN)
     host: str = "127.0.0.1"
     port: StrictInt = Field(0, ge=0, le=65535)
+
+    # resolved once, at load: the run's saved config then finds them from any directory
+    @field_validator("function")
+    @classmethod
+    def _absolute_agent_file(cls, value: str | None) -> str | None:
+        where, _, name = (value or "").rpartition(":")
+        if not where.endswith(".py") or not name:  # package.module:run, or malformed (load_agent says how)
+            return value
+        return f"{_absolute(where)}:{name}"
+
+    @field_validator("tasks")
+    @classmethod
+    def _absolute_tasks(cls, value: str | None) -> str | None:
+        return None if value is None else _absolute(value)
+
+
+def _absolute(path: str) -> str:
+    """``path`` made absolute against the current directory (``~`` expanded, symlinks kept)."""
+    return os.path.abspath(os.path.expanduser(path))
 
 
 class Config(Section):
@@ -310,6 +331,10 @@ class Config(Section):
     @classmethod
     def _algo_by_name(cls, value: Any) -> Any:
         return algo_section(value)
+
+    def task_label(self) -> str:
+        """What a run is labelled with (report titles, folder names): the agent's tasks file, else the environment."""
+        return Path(self.agent.tasks).name if self.agent.tasks else self.env.name
 
     @model_validator(mode="after")
     def _agent_has_tasks(self) -> Config:

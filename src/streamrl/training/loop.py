@@ -135,7 +135,7 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
         settings=RolloutSettings(
             mode=algorithm.rollout_mode, concurrency=config.rollout.concurrency, batch_size=config.train.batch_size,
             group_size=algorithm.group_size, max_staleness=config.rollout.max_staleness,
-            seed=config.train.seed, env_name=config.env.name, episode=episode,
+            seed=config.train.seed, env_name=config.task_label(), episode=episode,
             max_env_faults_in_row=config.rollout.max_env_faults_in_row,
         ),
         event_log=ws.events_path(state),

@@ -176,7 +176,7 @@ def summary_paragraph(config: Config, summary: dict[str, Any], evals: list[dict]
     model = summary.get("model") or {"spec": config.model.spec, "init_from": config.model.init_from}
     start = f", starting from {model['init_from']}" if model.get("init_from") else ""
     size = f" ({model['parameters'] / 1e6:.1f}M parameters)" if model.get("parameters") else ""
-    parts = [f"{config.algo.name} trained {model['spec']}{size}{start} on {config.env.name} for "
+    parts = [f"{config.algo.name} trained {model['spec']}{size}{start} on {config.task_label()} for "
              f"{summary.get('steps', 0)} steps ({summary.get('trajectories', 0):.0f} trajectories)"]
     if summary.get("wall_s") is not None:
         wall = summary["wall_s"]
@@ -258,7 +258,7 @@ def write_report(root: Path, config: Config, summary: dict[str, Any] | None = No
     summary = {**(summary or {}), "crashes": crash_summary(root / "events.jsonl"),
                "baselines": baseline_summary(root / "events.jsonl", reward_range, config.reward.scale)}
     model = summary.get("model") or {}
-    title = f"{config.algo.name} on {config.env.name} ({model.get('spec', config.model.spec)})"
+    title = f"{config.algo.name} on {config.task_label()} ({model.get('spec', config.model.spec)})"
     plot_learning_curve(train, evals, report / "learning_curve.png", title)
     panels = plot_diagnostics(train, report / "diagnostics.png", title)
     eval_md = f"# Evaluation: {title}\n\n{eval_table(evals)}"
