@@ -396,3 +396,21 @@ def test_identical_prompts_are_prefilled_once(small_policy):
             small_policy.model, request.prompt_ids, result.token_ids, small_policy.banned_token_ids, 1.0
         )
         assert torch.allclose(torch.tensor(result.logprobs), expected, atol=1e-4)
+
+
+def test_on_token_hears_each_id_as_it_is_sampled_on_the_callers_loop(engine, small_policy):
+    """A streamed answer (``GenerationRequest.on_token``): every id, in order, on the caller's event
+    loop thread, and the result is the same as without a listener."""
+    async def main():
+        loop_thread = threading.get_ident()
+        heard: list[tuple[int, int]] = []
+        sampling = SamplingParams(temperature=1.0, max_new_tokens=12, seed=5)
+        prompt = prompts(small_policy, 1)[0]
+        streamed = await engine.generate(GenerationRequest("a", prompt, sampling,
+                                                           on_token=lambda token: heard.append((token, threading.get_ident()))))
+        plain = await engine.generate(GenerationRequest("b", prompt, sampling))
+        return heard, streamed, plain, loop_thread
+
+    heard, streamed, plain, loop_thread = run(main())
+    assert [token for token, _ in heard] == streamed.token_ids == plain.token_ids
+    assert {thread for _, thread in heard} == {loop_thread}

@@ -80,12 +80,13 @@ class Session:
         reward is refused, after noting the refusal (the episode is then not trained on)."""
         low, high = self.reward_range
         where = "reward" if call is None else f"reward of call {call}"
+        shown = repr(value)[:40]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            problem = f"{where} must be a number, got {value!r}"
-        elif not math.isfinite(value):
-            problem = f"{where} must be finite, got {value!r}"
-        elif not low <= value <= high:
-            problem = f"{where} {value!r} is outside agent.reward_range [{low:g}, {high:g}]"
+            problem = f"{where} must be a number, got {shown}"
+        elif not math.isfinite(value if isinstance(value, float) else 0.0):
+            problem = f"{where} must be finite, got {shown}"
+        elif not low <= value <= high:  # exact for ints of any size
+            problem = f"{where} {shown} is outside agent.reward_range [{low:g}, {high:g}]"
         elif call is not None and not 0 <= call < len(self.calls):
             raise ValueError(f"call must index one of the session's {len(self.calls)} calls")
         else:

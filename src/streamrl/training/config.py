@@ -292,6 +292,14 @@ class AgentConfig(Section):
     host: str = "127.0.0.1"
     port: StrictInt = Field(0, ge=0, le=65535)
 
+    @field_validator("reward_range")
+    @classmethod
+    def _bounded_range(cls, value: tuple[float, float]) -> tuple[float, float]:
+        low, high = value
+        if not -1e6 <= low < high <= 1e6:  # wider and one episode's reward can overflow a loss
+            raise ValueError(f"must be [low, high] with -1e6 <= low < high <= 1e6, got {list(value)}")
+        return value
+
     # resolved once, at load: the run's saved config then finds them from any directory
     @field_validator("function")
     @classmethod
