@@ -48,7 +48,7 @@ async def measure(calls: int, concurrency: int, new_tokens: int, repetitions: in
         await engine.generate(GenerationRequest(f"d{n}", list(prompt), sampling))
 
     session = endpoint.sessions.open(Session("bench", DispatchRecord("r", "t", 0, 0), {"id": "t"}, temperature=0.0))
-    client = openai.AsyncOpenAI(base_url=f"{server.url}/sessions/bench/v1", api_key="bench", max_retries=0)
+    client = openai.AsyncOpenAI(base_url=f"{server.url}/sessions/bench/v1", api_key=session.key, max_retries=0)
 
     async def through(n: int) -> None:
         # a distinct stop string per call keeps retry detection out of the way; it never matches
