@@ -71,6 +71,8 @@ def evaluate(config: ConfigLike = "default", model: str | Path | None = None, *,
             await engine.close()
 
     result = asyncio.run(run())
+    if result.crash_note():
+        warn(result.crash_note())
     metrics = {"model": str(model or source["spec"]), **result.metrics()}
     if out is not None:
         folder = Path(out).expanduser()

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from streamrl.api import warn
-from streamrl.training.config import ALGORITHMS, Config
+from streamrl.training.config import ALGORITHMS, Config, ConfigError
 from streamrl.training.config_files import load_config
 from streamrl.training.preflight import preflight
 
@@ -47,6 +47,9 @@ def _config(args: argparse.Namespace, check: bool = True) -> Config:
         overrides.append(f"env.name={args.env}")
     if getattr(args, "agent", None):
         overrides += [f"agent.function={args.agent}", *([f"agent.tasks={args.tasks}"] if args.tasks else [])]
+    elif getattr(args, "tasks", None) and args.command == "train":
+        raise CLIError(f"--tasks {args.tasks}: goes with --agent (the tasks an agent function plays); "
+                       "an environment's tasks are env.train_tasks / env.eval_tasks")
     config = load_config(paths, overrides, algo=getattr(args, "algo", None))
     if check:
         preflight(config, demonstrations=args.command == "sft", warn=warn)
@@ -202,13 +205,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_play(args: argparse.Namespace) -> int:
+    from streamrl.envs import UnknownEnvironmentError
     from streamrl.envs.__main__ import play, watch
+    from streamrl.envs.registry import EnvOptionError
 
     options = dict(args.option or [])
     if not args.model:
         if args.config:
             raise CLIError("--config: only used with --model (a person playing needs no configuration)")
-        return play(args.env, args.seed, args.task_id, options, sys.stdin, sys.stdout, args.tools)
+        try:
+            return play(args.env, args.seed, args.task_id, options, sys.stdin, sys.stdout, args.tools)
+        except (UnknownEnvironmentError, EnvOptionError):
+            raise
+        except Exception as error:  # an environment that cannot start: one line, as train says it
+            raise CLIError(f"{args.env}: the environment cannot be played ({type(error).__name__}: {error})") from None
     from streamrl.api import warn as warning
     from streamrl.policy.hf_engine import HFEngine
     from streamrl.policy.loading import load_policy
@@ -280,7 +290,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise CLIError(f"RUN: {path} does not exist (training and evaluation write transcripts there; "
                        "is this a run folder?)")
-    records = select_samples(read_samples(path), last=args.last, kind=args.kind, failures=args.failures)
+    every = read_samples(path)
+    if args.kind in (None, "train") and not any(r.get("kind") == "train" for r in every):
+        print(f"no training transcripts in {path}: {_why_no_training_samples(run)}", file=sys.stderr)
+    records = select_samples(every, last=args.last, kind=args.kind, failures=args.failures)
     if not records:
         what = " ".join(filter(None, ["lost" if args.failures else None, args.kind]))
         print(f"no {what + ' ' if what else ''}transcripts in {path} yet")
@@ -294,6 +307,21 @@ def cmd_show(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write("\n".join(plain_transcript(record) for record in records))
     return 0
+
+
+def _why_no_training_samples(run: Path) -> str:
+    """Why a run wrote no training transcripts (they come every ``logging.samples_every`` steps)."""
+    from streamrl.training.loggers import read_metrics
+
+    try:
+        every = load_config(run / "config.yaml").logging.samples_every
+    except ConfigError:
+        return "its config.yaml cannot be read, so logging.samples_every is unknown"
+    steps = max((int(r.get("step", 0)) for r in read_metrics(run / "metrics.jsonl", "train")), default=0)
+    if not every:
+        return "logging.samples_every is 0 (training transcripts off)"
+    return (f"they are written every logging.samples_every={every} learner steps and the run has taken {steps}; "
+            f"set logging.samples_every=1 to keep every step's")
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -70,7 +70,12 @@ def read_tasks(path: str | Path) -> dict[str, list[dict[str, Any]]]:
     if not path.is_file():
         raise AgentLoadError(f"agent.tasks: no file {path}")
     splits: dict[str, list[dict[str, Any]]] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    seen: dict[str, int] = {}  # id -> line
+    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise AgentLoadError(f"agent.tasks: {path}:{number} is not UTF-8 text (byte {error.start})") from None
         if not line.strip():
             continue
         try:
@@ -82,6 +87,9 @@ def read_tasks(path: str | Path) -> dict[str, list[dict[str, Any]]]:
         split = str(task.get("split", "train"))
         rows = splits.setdefault(split, [])
         task = {**task, "id": str(task.get("id", f"{split}/{len(rows)}"))}
+        if task["id"] in seen:  # two tasks under one id would share one prompt's statistics
+            raise AgentLoadError(f"agent.tasks: {path}:{number} repeats id {task['id']!r} (first on line {seen[task['id']]})")
+        seen[task["id"]] = number
         rows.append(task)
     if not splits.get("train"):
         raise AgentLoadError(f"agent.tasks: {path} has no training task (rows without split, or split 'train')")

@@ -136,11 +136,15 @@ def typed_message(line: str, schemas: list[dict[str, Any]]) -> AssistantMessage:
              for schema in schemas}
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in names):
         return AssistantMessage(line)
+    def value(node: ast.expr) -> Any:  # a bare word (take(object=cup)) is the string a person meant
+        return node.id if isinstance(node, ast.Name) else ast.literal_eval(node)
+
     try:
-        arguments = dict(zip(names[call.func.id], (ast.literal_eval(arg) for arg in call.args)))
-        arguments.update({kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg})
-    except ValueError as error:
-        return AssistantMessage("", (ToolCall("call_0", raw=line, error=f"arguments must be literal values ({error})"),))
+        arguments = dict(zip(names[call.func.id], (value(arg) for arg in call.args)))
+        arguments.update({kw.arg: value(kw.value) for kw in call.keywords if kw.arg})
+    except ValueError:
+        return AssistantMessage("", (ToolCall("call_0", raw=line, error="arguments must be literal values: "
+                                              "numbers, words or quoted text, lists"),))
     return AssistantMessage("", (ToolCall("call_0", call.func.id, arguments),))
 
 

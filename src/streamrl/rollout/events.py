@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from pathlib import Path
 from typing import IO, Any
 
@@ -83,21 +84,28 @@ def read_events(path: str | Path) -> list[dict[str, Any]]:
     """The events of the run the learner saw, in order.
 
     A resumed run restarts ``seq`` at its checkpoint; events of the crashed run with a ``seq`` at
-    or past that point never reached a checkpoint and are dropped.
+    or past that point never reached a checkpoint and are dropped. A line that is not an event (torn
+    by a kill or a full disk, invalid UTF-8, foreign) is skipped with one warning for the file.
     """
     events: list[dict[str, Any]] = []
-    with Path(path).open(encoding="utf-8") as file:
+    skipped: list[int] = []
+    with Path(path).open(encoding="utf-8", errors="replace") as file:
         for number, line in enumerate(file, 1):
             if not line.strip():
                 continue
             try:
                 event = json.loads(line)
                 seq = int(event["seq"])
-            except (ValueError, KeyError, TypeError) as error:
-                raise ValueError(f"{path}:{number}: not a rollout event ({error})") from None
+                event["event"]  # noqa: B018 (a line without it is no event)
+            except (ValueError, KeyError, TypeError):
+                skipped.append(number)  # torn by a kill or a full disk, or foreign
+                continue
             while events and events[-1]["seq"] >= seq:
                 events.pop()
             events.append(event)
+    if skipped:
+        warnings.warn(f"{path}: skipped {len(skipped)} line(s) that are not rollout events (first: line {skipped[0]})",
+                      stacklevel=2)
     return events
 
 

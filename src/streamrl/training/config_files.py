@@ -222,15 +222,52 @@ def shipped_configs() -> list[str]:
     return sorted(p.stem for p in SHIPPED_CONFIGS.glob("*.yaml"))
 
 
+#: a configuration file's size and its node count with aliases expanded (a shipped one: ~300 nodes)
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_NODES = 100_000
+
+
+def expanded_nodes(value: Any, limit: int) -> int:
+    """How many nodes ``value`` has once YAML's aliases (shared objects) are expanded, counting
+    each shared object once per reference without expanding it again; raises ``ValueError`` past
+    ``limit`` or on a recursive alias."""
+    sizes: dict[int, int] = {}
+
+    def size(item: Any, open_ids: frozenset[int]) -> int:
+        if not isinstance(item, (dict, list)):
+            return 1
+        key = id(item)
+        if key in open_ids:
+            raise ValueError("a recursive alias")
+        if key not in sizes:
+            children = list(item.keys()) + list(item.values()) if isinstance(item, dict) else item
+            total = 1
+            for child in children:
+                total += size(child, open_ids | {key})
+                if total > limit:
+                    raise ValueError(f"more than {limit:,} nodes once its aliases are expanded")
+            sizes[key] = total
+        return sizes[key]
+
+    return size(value, frozenset())
+
+
 def read_yaml(path: Path, what: str) -> Any:
-    """The YAML document in ``path``; a ``ConfigError`` naming the file (and line) otherwise."""
+    """The YAML document in ``path``; a ``ConfigError`` naming the file (and line) otherwise. Files
+    over ``MAX_CONFIG_BYTES`` and documents whose aliases expand past ``MAX_CONFIG_NODES`` are refused."""
     if not path.is_file():
         raise ConfigError(f"{what} not found: {path}")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{what} {path} is {path.stat().st_size:,} bytes; a configuration is at most {MAX_CONFIG_BYTES:,}")
     try:
         with path.open(encoding="utf-8") as handle:
-            return yaml.safe_load(handle) or {}
-    except UnicodeDecodeError:
-        raise ConfigError(f"{what} {path} is not a text (YAML) file") from None
+            document = yaml.safe_load(handle) or {}
+        expanded_nodes(document, MAX_CONFIG_NODES)
+        return document
+    except ValueError as error:  # UnicodeDecodeError is one too: told apart below
+        if isinstance(error, UnicodeDecodeError):
+            raise ConfigError(f"{what} {path} is not a text (YAML) file") from None
+        raise ConfigError(f"{what} {path}: {error}") from None
     except OSError as error:
         raise ConfigError(f"{what} {path}: cannot be read ({error.strerror or error})") from None
     except yaml.YAMLError as exc:

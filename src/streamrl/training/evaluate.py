@@ -35,6 +35,15 @@ class EvalResult:
     #: every episode played, for transcripts (not a metric)
     trajectories: list[Trajectory] = field(default_factory=list, repr=False)
 
+    def crash_note(self) -> str | None:
+        """One line when episodes crashed (None otherwise): how many, why, and the first error."""
+        crashed = [t for t in self.trajectories if t.outcome is None]
+        if not crashed:
+            return None
+        first = crashed[0]
+        share = "every episode" if len(crashed) == self.episodes else f"{len(crashed)} of {self.episodes} episodes"
+        return f"{share} of the evaluation crashed ({first.end_reason}: {first.error}); they count as failures"
+
     def metrics(self) -> dict[str, Any]:
         flat: dict[str, Any] = {
             "split": self.split,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -86,15 +87,25 @@ class MetricsLogger:
 
 
 def read_metrics(path: Path, kind: str | None = None) -> list[dict[str, Any]]:
-    """The records of a kind-tagged JSON-lines file (metrics.jsonl, samples.jsonl); [] if absent."""
+    """The records of a kind-tagged JSON-lines file (metrics.jsonl, samples.jsonl); [] if absent. A
+    line that is not a record (torn, invalid UTF-8, foreign) is skipped with one warning for the file."""
     records: list[dict[str, Any]] = []
     if not Path(path).exists():
         return records
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
+    skipped: list[int] = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
             record = json.loads(line)
-            if kind is None or record.get("kind") == kind:
-                records.append(record)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):  # torn by a kill or a full disk, or foreign
+            skipped.append(number)
+        elif kind is None or record.get("kind") == kind:
+            records.append(record)
+    if skipped:
+        warnings.warn(f"{path}: skipped {len(skipped)} line(s) that are not records (first: line {skipped[0]})", stacklevel=2)
     return records
 
 

@@ -67,7 +67,7 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
         return {**finished, "finished_earlier": True}
     state = ws.restore()
     started = time.monotonic()
-    policy = load_run_policy(config, state)
+    policy = load_run_policy(config, state, ws.sft_kept)
     policy.limit_training(top_layers=config.model.train_top_layers)  # so the first line counts what trains
     model = model_record(config, policy)
     echo(model_line(model))
@@ -80,10 +80,13 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
 
     learner_threads, engine_threads = thread_split(config)
     agents = bool(config.agent.function or config.agent.external)
-    if state is None and config.sft.demos > 0 and config.model.init_from is None and not agents:
+    if state is None and config.sft.demos > 0 and config.model.init_from is None and not agents and not ws.sft_kept:
+        echo(f"SFT: collecting {config.sft.demos} demonstrations ({config.sft.source})")
         demos, heldout = await demonstrations_and_heldout(config, policy)
+        echo(f"SFT: {len(demos)} demonstrations x {config.sft.epochs} epochs")
         torch.set_num_threads(learner_threads + engine_threads)  # nothing else runs during SFT
-        summary["sft"] = behaviour_cloning(config, policy, demos, log=lambda s, m: logger.log(s, m, "sft"), heldout=heldout)
+        summary["sft"] = behaviour_cloning(config, policy, demos, log=lambda s, m: logger.log(s, m, "sft"), heldout=heldout,
+                                           progress=echo)
         echo(f"SFT: {len(demos)} demonstrations, final NLL {summary['sft']['nll']:.3f}")
         policy.save(ws.root / "sft_model")
 
@@ -112,6 +115,8 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
 
     async def evaluate_and_log(tag: str) -> dict[str, Any]:
         result = await evaluate(config, engine, policy, tag=tag)
+        if result.crash_note():
+            echo(f"{tag}: {result.crash_note()}")
         samples.write(result.trajectories, kind="eval", step=run.step, tag=tag)
         metrics = result.metrics()
         logger.log(run.step, metrics, "eval")
@@ -198,7 +203,10 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
     summary.update(steps=run.step, trajectories=run.trajectories, wall_s=round(time.monotonic() - started, 1),
                    rl_s=round(rl_finished - rl_started, 1),
                    warnings=[stall.warning] if stall.warning else [])
-    summary["report"] = str(write_report(ws.root, config, summary, reward_range))
+    try:
+        summary["report"] = str(write_report(ws.root, config, summary, reward_range))
+    except Exception as error:  # the run is trained and saved: a report that fails must not undo that
+        echo(f"report: could not be written ({type(error).__name__}: {error}); the model, checkpoints and logs are saved")
     ws.write_summary(summary)
     return summary
 

@@ -87,12 +87,13 @@ def plot_learning_curve(train: list[dict], evals: list[dict], path: Path, title:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(7, 4))
     if train:
         x = [r.get("trajectories_consumed", r["step"]) for r in train]
         y = [r.get("success", 0.0) for r in train]
-        ax.plot(x, y, alpha=0.35, label="training success (per batch)")
+        ax.plot(x, y, alpha=0.35, label="training success (per batch)", marker="o" if len(y) < 10 else None, markersize=3)
         window = max(1, len(y) // 10)
         smooth = [sum(y[max(0, i - window + 1) : i + 1]) / len(y[max(0, i - window + 1) : i + 1]) for i in range(len(y))]
         ax.plot(x, smooth, label=f"training success (mean of {window})")
@@ -105,6 +106,7 @@ def plot_learning_curve(train: list[dict], evals: list[dict], path: Path, title:
         bounds = [wilson_interval(by_step[s]["success"] * by_step[s]["episodes"], by_step[s]["episodes"]) for s in steps]
         errors = [[v - low for v, (low, _) in zip(y, bounds)], [high - v for v, (_, high) in zip(y, bounds)]]
         ax.errorbar(x, y, yerr=errors, fmt="o-", capsize=3, label="held-out success (95% interval)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("trajectories consumed")
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.02, 1.02)
@@ -152,14 +154,23 @@ def plot_diagnostics(train: list[dict], path: Path, title: str) -> list[str]:
     columns = 2
     rows = (len(panels) + columns - 1) // columns
     fig, axes = plt.subplots(rows, columns, figsize=(10, 2.4 * rows), squeeze=False)
+    from matplotlib.ticker import MaxNLocator, ScalarFormatter
+
     for ax, (keys, name) in zip(axes.flat, panels):
+        drawn = False
         for key in keys:
-            points = [(r["step"], r[key]) for r in train if isinstance(r.get(key), (int, float))]
-            if points:
-                ax.plot(*zip(*points), label=key, linewidth=1)
+            points = [(r["step"], r[key]) for r in train if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+            if points:  # few points: markers, or a single one would draw nothing
+                ax.plot(*zip(*points), label=key, linewidth=1, marker="o" if len(points) < 10 else None, markersize=3)
+                drawn = True
+        if not drawn:
+            ax.text(0.5, 0.5, "no data in this run", ha="center", va="center", transform=ax.transAxes, fontsize=8, alpha=0.6)
         ax.set_title(name, fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole
+        ax.yaxis.set_major_formatter(ScalarFormatter(useOffset=False))  # 7.6133, never "1e-7+7.613301"
+        if drawn:
+            ax.legend(fontsize=7, loc="best")
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     for ax in axes[-1]:

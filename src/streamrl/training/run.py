@@ -107,11 +107,15 @@ def load_reference(root: Path, config: Config) -> Any:
     return SimpleNamespace(model=policy.inference_model())
 
 
-def load_run_policy(config: Config, state: ResumeState | None) -> Any:
+def load_run_policy(config: Config, state: ResumeState | None, sft_model: Path | None = None) -> Any:
+    """The policy a run trains: the checkpoint's, else (``sft_model``: a resume after SFT) that SFT
+    model as ``model.init_from``, else the configured starting policy."""
     model = config.model
     if state is not None:
         return load_policy(state.path / "policy", dtype=model.dtype, device=model.device, threads=model.threads,
                            float32_weights=True)
+    if sft_model is not None:
+        config = config.model_copy(update={"model": model.model_copy(update={"init_from": str(sft_model)})})
     return load_policy(
         **policy_source(config),
         dtype=model.dtype,
@@ -240,7 +244,14 @@ def check_resume(root: Path, config: Config, warn: Callable[[str], None] = print
         shown = "; ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
         allowed = ", ".join(f.rstrip(".") for f in RESUMABLE)
         raise RunFolderError(f"--resume: {root} was run with another configuration: {shown} (a resume may change only {allowed})")
+    checkpoints = list_checkpoints(root / "checkpoints")
     checkpoint = latest_valid(root / "checkpoints", warn=warn)
+    if checkpoint is None and sft_result(root) is None:
+        outputs = run_outputs(root)
+        if outputs or checkpoints:  # something to lose: a resume never replaces it
+            found = ", ".join([*(f"{c.path.name} (unusable)" for c in checkpoints), *outputs])
+            raise RunFolderError(f"--resume: {root} has no usable checkpoint (found {found}); nothing was changed. "
+                                 "Restore a checkpoint under checkpoints/, or use --overwrite to start again")
     if checkpoint is not None:
         state = checkpoint.state()
         if "config" in state:  # config.yaml edited since: the checkpoint's weights and optimiser say otherwise
@@ -259,6 +270,31 @@ def check_resume(root: Path, config: Config, warn: Callable[[str], None] = print
                     "(the folder was written by another run); use --overwrite to start again"
                 )
     return checkpoint
+
+
+#: what a run writes besides checkpoints and config.yaml
+RUN_OUTPUTS = ("metrics.jsonl", "events.jsonl", "samples.jsonl", "summary.json", "final_model", "report", "sft_model")
+
+
+def run_outputs(root: Path) -> list[str]:
+    """The run outputs ``root`` holds that are not empty."""
+    def holds(path: Path) -> bool:
+        return path.is_dir() and any(path.iterdir()) or path.is_file() and path.stat().st_size > 0
+
+    return [name for name in RUN_OUTPUTS if holds(root / name)]
+
+
+def sft_result(root: Path) -> Path | None:
+    """The SFT model of a run stopped after SFT and before RL logged anything (its first evaluation
+    or step): a resume starts RL from it and keeps SFT's records instead of cloning again."""
+    model = root / "sft_model"
+    if not (model / "config.json").is_file() or list_checkpoints(root / "checkpoints"):
+        return None
+    if any(name in run_outputs(root) for name in ("events.jsonl", "summary.json", "final_model", "report")):
+        return None
+    from streamrl.training.loggers import read_metrics
+
+    return model if all(r.get("kind") == "sft" for r in read_metrics(root / "metrics.jsonl")) else None
 
 
 def config_changes(saved: Config, config: Config) -> list[str]:
@@ -292,9 +328,14 @@ class Workspace:
         self.events = root / "events.jsonl"
         self.samples = root / "samples.jsonl"
         self.resume = resume
-        self.checkpoint = check_resume(root, config, warn=echo) if resume else None
-        self._lock: int | None = lock_folder(root)  # held until release() or the process's end
+        # held until release() or the process's end; first, so a live run's folder is refused as such
+        self._lock: int | None = lock_folder(root) if root.is_dir() else None
         try:
+            self.checkpoint = check_resume(root, config, warn=echo) if resume else None
+            #: a resumed run stopped between SFT and RL: RL starts from this SFT model
+            self.sft_kept = sft_result(root) if resume and self.checkpoint is None else None
+            if self._lock is None:
+                self._lock = lock_folder(root)
             if self.finished() is None:
                 if not resume:
                     claim_folder(root, overwrite=overwrite)
@@ -322,8 +363,10 @@ class Workspace:
     def restore(self) -> ResumeState | None:
         checkpoint = self.checkpoint
         if checkpoint is None:
-            if self.resume:
-                self.echo(f"resume: no usable checkpoint under {self.checkpoints}; starting from scratch")
+            if self.sft_kept:
+                self.echo(f"resume: no checkpoint yet; RL starts from the SFT model kept in {self.sft_kept}")
+            elif self.resume:
+                self.echo(f"resume: {self.root} holds no run output yet; starting from scratch")
             return None
         state = ResumeState.from_checkpoint(checkpoint.path, checkpoint.state())
         self.echo(f"resume: continuing from {checkpoint.path.name} (step {state.run.step})")
@@ -337,8 +380,11 @@ class Workspace:
             wandb_project=logging.wandb_project,
             mlflow_experiment=logging.mlflow_experiment,
             run_config=self.config.model_dump(mode="json"),
-            resume_offset=state.metrics_offset if state else 0,
+            resume_offset=state.metrics_offset if state else self._sft_records_end(),
         )
+
+    def _sft_records_end(self) -> int:
+        return self.metrics_path.stat().st_size if self.sft_kept and self.metrics_path.is_file() else 0
 
     def events_path(self, state: ResumeState | None) -> Path:
         """The event log, cut back to what the checkpoint had seen (everything after is redone)."""

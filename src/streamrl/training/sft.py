@@ -286,9 +286,13 @@ def exact_actions(logprobs: torch.Tensor, action_mask: torch.Tensor) -> torch.Te
     return unlikely[1:] == 0
 
 
+#: seconds between SFT's progress lines
+PROGRESS_EVERY_S = 10.0
+
+
 def behaviour_cloning(
     config: Config, policy: Policy, demos: list[Trajectory], log: Callable[[int, dict], None] | None = None,
-    heldout: list[Trajectory] | None = None,
+    heldout: list[Trajectory] | None = None, progress: Callable[[str], None] | None = None,
 ) -> dict[str, float]:
     """Minimise the NLL of demonstrated action tokens (plus ``sft.prompt_loss_weight`` x the prompt
     tokens' NLL); returns the final epoch's metrics, action tokens only (with
@@ -305,6 +309,8 @@ def behaviour_cloning(
     entity_ids = entity_token_ids(config, policy.tokenizer) if sft.shuffle_entities else None
     generator = torch.Generator().manual_seed(config.train.seed)
     step, metrics = 0, {}
+    batches = sft.epochs * -(-len(demos) // sft.batch_size)
+    began = told = time.perf_counter()
     model.train()
     for epoch in range(sft.epochs):
         order = list(range(len(demos)))
@@ -336,6 +342,12 @@ def behaviour_cloning(
             clip_and_step(policy.trainable_parameters(), optimizer, optim.grad_clip)
             total_tokens += tokens
             step += 1
+            now = time.perf_counter()
+            if progress is not None and now - told >= PROGRESS_EVERY_S:  # a long SFT is never silent
+                told = now
+                left = (now - began) / step * (batches - step)
+                progress(f"SFT: epoch {epoch + 1}/{sft.epochs}, batch {step}/{batches}, "
+                         f"NLL {total_loss / max(total_tokens, 1.0):.3f}, about {left:.0f} s left")
         metrics = {
             "epoch": epoch + 1,
             "nll": total_loss / max(total_tokens, 1.0),
