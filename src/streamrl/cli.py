@@ -153,8 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     from streamrl.envs.registry import EnvOptionError
     from streamrl.policy.errors import ChatTemplateError, MissingDependencyError, PolicyLoadError
     from streamrl.rollout import DeadEnvironmentError
-    from streamrl.training.errors import TrainingError, TrainingInterrupted
-    from streamrl.training.run import RunFolderError
+    from streamrl.training.errors import RunFolderError, TrainingError, TrainingInterrupted
 
     try:
         return args.func(args)

@@ -24,14 +24,11 @@ class CLIError(Exception):
 
 
 def quiet_libraries() -> None:
+    """Libraries' chatter off, by environment variables only: importing transformers here would
+    make a typo in a config key wait for it (the config is checked before anything heavy loads)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
-    except ImportError:
-        pass
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 def _config(args: argparse.Namespace, check: bool = True) -> Config:
@@ -82,11 +79,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
+    config = _config(args)  # answered before torch loads
     from streamrl.training.loggers import MetricsLogger
     from streamrl.training.run import claim_folder, load_run_policy
     from streamrl.training.sft import behaviour_cloning, demonstrations_and_heldout
 
-    config = _config(args)
     out = _out_dir(args, config)
     claim_folder(out, overwrite=args.overwrite)
     policy = load_run_policy(config, None)
@@ -162,12 +159,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         args.resume = args.overwrite = False
         return cmd_train(args)
 
+    config = _config(args)  # answered before torch loads
     from streamrl.agents import Endpoint, EndpointServer, EndpointSettings, build_app
     from streamrl.policy.engines import make_engine
     from streamrl.policy.tool_format import resolve_tool_format
     from streamrl.training.run import load_run_policy
 
-    config = _config(args)
     policy = load_run_policy(config, None)
 
     async def serve() -> None:

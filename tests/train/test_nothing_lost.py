@@ -233,3 +233,65 @@ def test_reports_of_a_one_step_run_draw_markers_and_integer_ticks(tmp_path):
     assert all(float(t).is_integer() for t in entropy.get_xticks())
     empty = [ax for ax in axes if not ax.lines]
     assert [ax.get_title() for ax in empty] == ["gradient norm"] and "no data" in empty[0].texts[0].get_text()
+
+
+@pytest.mark.parametrize("command", ["train", "sft", "eval", "serve"])
+def test_a_config_typo_is_answered_before_torch_or_transformers_load(command):
+    """Well under a second: the config is checked before anything heavy is imported."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom streamrl import cli\n"
+             f"code = cli.main([{command!r}, '--config', 'smoke', 'optim.lrr=1'])\n"
+             "print(code, 'torch' in sys.modules, 'transformers' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert result.stdout.split() == ["2", "False", "False"], result.stdout + result.stderr
+    assert "optim.lrr: unknown field" in result.stderr
+
+
+def test_a_record_a_full_disk_cuts_short_is_cut_back_and_the_error_names_the_file(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from streamrl.rollout import events
+
+    log = events.JsonLines(tmp_path / "metrics.jsonl")
+    log.append({"step": 1})
+    real_write = os.write
+
+    def half_then_full(fd, data):  # the kernel writes part of a record, then the disk is full
+        if len(data) > 10:
+            return real_write(fd, bytes(data[:10]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(events.os, "write", half_then_full)
+    with pytest.raises(OSError) as full:
+        log.append({"step": 2, "loss": 0.123456789})
+    monkeypatch.setattr(events.os, "write", real_write)
+    assert full.value.errno == errno.ENOSPC and "metrics.jsonl" in str(full.value) and "bytes free" in str(full.value)
+    log.append({"step": 3})
+    log.close()
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 1}\n{"step": 3}\n'  # whole lines only
+
+
+def test_a_full_disk_while_logging_checkpoints_the_step_and_stops_in_one_line(tmp_path, capsys, monkeypatch):
+    import errno
+
+    from streamrl.rollout import events
+
+    out, real_append = tmp_path / "run", events.JsonLines.append
+
+    def full_at_step_3(self, *records):
+        if self.path.name == "metrics.jsonl" and any(r.get("kind") == "train" and r.get("step") == 3 for r in records):
+            raise OSError(errno.ENOSPC, f"{self.path}: No space left on device (0 bytes free)")
+        return real_append(self, *records)
+
+    monkeypatch.setattr(events.JsonLines, "append", full_at_step_3)
+    assert cli.main(["train", *SMOKE, "--out", str(out), "train.steps=5", "train.checkpoint_every=0"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "writing the run's logs failed at step 3" in err and "step 3 is checkpointed" in err
+    assert (out / "checkpoints" / "step_00000003").is_dir()  # the 3 steps since the start were kept
+    monkeypatch.setattr(events.JsonLines, "append", real_append)
+    assert cli.main(["train", "--out", str(out), "--resume"]) == 0
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl", "train")] == [1, 2, 4, 5]

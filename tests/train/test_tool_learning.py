@@ -31,11 +31,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from streamrl.training.config_files import load_config
 from streamrl.training.loggers import read_metrics
 from streamrl.training.loop import train
 
 
+@pytest.mark.timeout(1200)  # bounded by its 300 steps; the suite's 300 s wall limit is not, on a loaded 2-core machine
 def test_rl_through_tool_calls_raises_held_out_success(tmp_path):
     config = load_config("configs/smoke.yaml", [
         "env.name=pick_object", "env.tools=true", "env.train_tasks=1000", "env.eval_tasks=200",

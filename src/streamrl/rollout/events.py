@@ -16,13 +16,45 @@ log always describes the run the learner actually saw.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
 import time
 import warnings
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from streamrl.rollout.trajectory import DispatchRecord, Trajectory, to_jsonable
+
+
+class JsonLines:
+    """An append-only JSON-lines file written a whole batch of records or nothing: records a full
+    disk (or any write error) cuts short are cut back before the error is raised, so no reader
+    meets a torn line of this process. The ``OSError`` names the file and the space left."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def append(self, *records: Any) -> None:
+        assert self._fd is not None, "append after close"
+        data = memoryview("".join(json.dumps(record) + "\n" for record in records).encode("utf-8"))
+        start = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            while data:
+                data = data[os.write(self._fd, data):]
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, start)
+            free = shutil.disk_usage(self.path.parent).free
+            raise OSError(error.errno, f"{self.path}: {error.strerror} ({free:,} bytes free); nothing of this "
+                                       "record was kept") from None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class EventLog:
@@ -31,10 +63,10 @@ class EventLog:
     def __init__(self, path: str | Path | None, *, next_seq: int = 0):
         self.path = Path(path) if path is not None else None
         self.next_seq = next_seq
-        self._file: IO[str] | None = None
+        self._file: JsonLines | None = None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("a", encoding="utf-8")
+            self._file = JsonLines(self.path)
 
     def write(self, kind: str, **fields: Any) -> int:
         """Write one event and return its ``seq``."""
@@ -42,8 +74,7 @@ class EventLog:
         self.next_seq += 1
         if self._file is not None:
             event = {"seq": seq, "event": kind, "time": time.time(), **fields}
-            self._file.write(json.dumps(to_jsonable(event)) + "\n")
-            self._file.flush()
+            self._file.append(to_jsonable(event))
         return seq
 
     def close(self) -> None:

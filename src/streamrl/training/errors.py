@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 
+class RunFolderError(ValueError):
+    """A run folder that cannot be used as asked: one line, exit status 2."""
+
+
 class TrainingError(RuntimeError):
     """Training cannot usefully go on (nothing to learn from, or the weights broke)."""
 

@@ -13,6 +13,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from streamrl.rollout.events import JsonLines
+
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
@@ -38,7 +40,7 @@ class MetricsLogger:
         if resume_offset is not None and self.path.exists():
             with self.path.open("r+b") as handle:
                 handle.truncate(resume_offset)
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = JsonLines(self.path)
         self._sinks: list[Any] = []
         if tensorboard:
             try:
@@ -67,23 +69,20 @@ class MetricsLogger:
     def log(self, step: int, metrics: dict[str, Any], kind: str = "train") -> None:
         record = {"kind": kind, "step": step, "time": round(time.time(), 3)}
         record.update({key: _jsonable(value) for key, value in metrics.items()})
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
+        self._file.append(record)
         numeric = {f"{kind}/{k}": v for k, v in record.items() if isinstance(v, (int, float)) and k not in ("step", "time")}
         for sink in self._sinks:
             sink.log(step, numeric)
 
     def offset(self) -> int:
         """Bytes written so far (stored in checkpoints)."""
-        self._file.flush()
         return self.path.stat().st_size
 
     def close(self) -> None:
         for sink in self._sinks:
             sink.close()
         self._sinks = []
-        if not self._file.closed:
-            self._file.close()
+        self._file.close()
 
 
 def read_metrics(path: Path, kind: str | None = None) -> list[dict[str, Any]]:

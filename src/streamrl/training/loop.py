@@ -172,14 +172,17 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
                 metrics.update(run.metrics(), **_rollout_metrics(rollout.stats()))
                 if agents:  # calls whose prompt did not extend the transcript (trained per step)
                     metrics["prefix_breaks"] = float(sum(t.info.get("prefix_breaks", 0) for t in batch))
-                logger.log(run.step, metrics)
+                try:
+                    logger.log(run.step, metrics)
+                    if config.logging.samples_every and run.step % config.logging.samples_every == 0:
+                        chosen = mixed_selection(batch, config.logging.samples_per_step)
+                        samples.write(chosen, kind="train", step=run.step, advantages=learner.last_advantages)
+                except OSError as error:  # a full disk: keep the steps since the last checkpoint if it can
+                    raise _disk_full(error, run.step, lambda: ws.save(run, policy, learner, rollout, logger)) from None
                 progress.update(run.step, metrics)
                 warning = stall.update(run.step, metrics)
                 if warning:
                     echo(f"warning: {warning}")
-                if config.logging.samples_every and run.step % config.logging.samples_every == 0:
-                    chosen = mixed_selection(batch, config.logging.samples_per_step)
-                    samples.write(chosen, kind="train", step=run.step, advantages=learner.last_advantages)
                 if evaluates and config.train.eval_every and run.step % config.train.eval_every == 0 and run.step < config.train.steps:
                     await evaluate_and_log(f"eval-v{run.version}")
                 if stop.requested is not None:  # SIGTERM / SIGINT: keep this step, then stop
@@ -209,6 +212,17 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
         echo(f"report: could not be written ({type(error).__name__}: {error}); the model, checkpoints and logs are saved")
     ws.write_summary(summary)
     return summary
+
+
+def _disk_full(error: OSError, step: int, save: Any) -> TrainingError:
+    """One line for a log write that failed (a full disk), after trying to checkpoint the step."""
+    try:
+        save()
+        kept = f"step {step} is checkpointed"
+    except TrainingError:
+        kept = "the checkpoint could not be written either; the previous one is intact"
+    return TrainingError(f"writing the run's logs failed at step {step}: {error.strerror}; {kept}. "
+                         "Free space and continue with --resume")
 
 
 def training_tasks(config: Config) -> tuple[list[str], tuple[float, float]]:

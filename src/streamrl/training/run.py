@@ -37,7 +37,7 @@ from streamrl.rollout import Trajectory
 from streamrl.training.checkpoint import Checkpoint, latest_valid, list_checkpoints, save_checkpoint
 from streamrl.training.config import Config, ConfigError
 from streamrl.training.config_files import config_to_yaml, load_config
-from streamrl.training.errors import TrainingError
+from streamrl.training.errors import RunFolderError, TrainingError
 from streamrl.training.loggers import MetricsLogger
 from streamrl.training.samples import SampleLog
 
@@ -170,10 +170,6 @@ RESUMABLE = ("train.steps", "train.eval_every", "train.checkpoint_every", "train
 LOG_OFFSETS = {"metrics_offset": "metrics.jsonl", "events_offset": "events.jsonl", "samples_offset": "samples.jsonl"}
 
 
-class RunFolderError(ValueError):
-    """A run folder that cannot be used as asked: one line, exit status 2."""
-
-
 #: the file a training process holds an exclusive OS lock on for its whole life (released by the
 #: kernel however the process ends, SIGKILL included); it names the holder's pid
 LOCK_FILE = ".lock"
@@ -198,8 +194,13 @@ def lock_folder(root: Path) -> int:
         os.close(descriptor)
         raise RunFolderError(f"--out {root}: a live training process (pid {holder}) is using this run folder; "
                              f"wait for it to end or stop it (kill {holder})") from None
-    os.ftruncate(descriptor, 0)
-    os.write(descriptor, str(os.getpid()).encode())
+    try:
+        os.ftruncate(descriptor, 0)
+        os.write(descriptor, str(os.getpid()).encode())
+    except OSError as error:  # a full disk already
+        os.close(descriptor)
+        free = shutil.disk_usage(root).free
+        raise RunFolderError(f"--out {root}: cannot write in it ({error.strerror}; {free:,} bytes free)") from None
     return descriptor
 
 

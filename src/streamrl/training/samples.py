@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from streamrl.rollout import Trajectory
-from streamrl.rollout.events import clipped
+from streamrl.rollout.events import JsonLines, clipped
 from streamrl.rollout.trajectory import to_jsonable
 
 
@@ -72,7 +72,7 @@ class SampleLog:
     def __init__(self, path: Path, max_chars: int = 4000):
         self.path = Path(path)
         self.max_chars = max_chars
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = JsonLines(self.path)
 
     def write(
         self,
@@ -85,11 +85,8 @@ class SampleLog:
     ) -> None:
         """``advantages`` maps request ids to per-turn advantages (``Learner.last_advantages``)."""
         advantages = advantages or {}
-        for trajectory in trajectories:
-            record = transcript(trajectory, kind=kind, step=step, tag=tag, advantages=advantages.get(trajectory.request_id),
-                                max_chars=self.max_chars)
-            self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
+        self._file.append(*(transcript(t, kind=kind, step=step, tag=tag, advantages=advantages.get(t.request_id),
+                                       max_chars=self.max_chars) for t in trajectories))
 
     def close(self) -> None:
         self._file.close()
