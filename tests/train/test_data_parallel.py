@@ -189,6 +189,32 @@ def test_a_killed_learner_process_stops_the_run_in_one_line_and_the_resume_goes_
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl", "train")] == list(range(1, steps + 1))
 
 
+@pytest.mark.slow
+def test_a_stopped_learner_process_ends_the_run_in_one_line_within_the_heartbeat_bound(tmp_path):
+    """SIGSTOP keeps a rank alive and silent: without a heartbeat the trainer waited 30 minutes in
+    a collective. Now the watchdog kills it once its heartbeat is older than the bound."""
+    out = tmp_path / "run"
+    run = subprocess.Popen([sys.executable, "-m", "streamrl", "train", "--out", str(out), "--config", "configs/smoke.yaml",
+                            "train.steps=400", "train.checkpoint_every=2", "train.eval_at_start=false", "env.eval_tasks=2",
+                            "sft.demos=4", "train.learner_processes=2", "train.learner_heartbeat_s=10"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    manifest = out / "checkpoints" / "step_00000002" / "manifest.json"
+    deadline = time.monotonic() + 240
+    while not manifest.exists():
+        assert run.poll() is None, run.stdout.read()
+        assert time.monotonic() < deadline, "no step-2 checkpoint in time"
+        time.sleep(0.05)
+    helper = next(pid for pid in _children(run.pid) if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes())
+    stopped = time.monotonic()
+    os.kill(helper, signal.SIGSTOP)
+    output, _ = run.communicate(timeout=120)
+    assert run.returncode == 1, output
+    last = output.strip().splitlines()[-1]
+    assert f"learner process rank 1 (pid {helper}) died (silent for" in last and "train.learner_heartbeat_s=10" in last
+    assert f"continue with: streamrl train --out {out} --resume" in last
+    assert time.monotonic() - stopped < 60  # the bound and a step, not the collective's 30 minutes
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_a_step_through_fsdp_in_one_process_equals_the_plain_step(coin_config, coin_rollouts, device, tmp_path):
     """The sharded path with one process: FSDP2's collectives run (gloo, or NCCL on a GPU, which

@@ -51,6 +51,11 @@ class JsonLines:
             raise OSError(error.errno, f"{self.path}: {error.strerror} ({free:,} bytes free); nothing of this "
                                        "record was kept") from None
 
+    def sync(self) -> None:
+        """On disk, not only in the page cache (a checkpoint's offsets point into it)."""
+        if self._fd is not None:
+            os.fsync(self._fd)
+
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)

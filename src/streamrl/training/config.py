@@ -213,6 +213,8 @@ class TrainConfig(Section):
     #: processes the learner runs in, its transformer blocks sharded over them with FSDP2 and the
     #: micro-batches shared (training/data_parallel.py); 1: the training process alone
     learner_processes: StrictInt = Field(1, ge=1)
+    #: a learner process whose heartbeat is older than this (stopped, hung) ends the run as a dead one does
+    learner_heartbeat_s: Float = Field(180.0, gt=0.0)
 
 
 class SFTConfig(Section):

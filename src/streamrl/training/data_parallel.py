@@ -30,6 +30,8 @@ import os
 import queue
 import signal
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -257,6 +259,8 @@ class DataParallelLearner:
     """Rank 0's learner: ``step``, ``state_dict`` and ``tensor_state`` like ``Learner``'s, with the
     work spread over ``processes`` processes. ``close()`` stops the others."""
 
+    _closed = False
+
     def __init__(self, learner: Learner, config: Config, state: Any, reward_range: tuple[float, float],
                  processes: int, threads: int, out_dir: str):
         import torch.multiprocessing as mp
@@ -266,13 +270,20 @@ class DataParallelLearner:
         port = free_port()
         context = mp.get_context("spawn")
         self.commands = [context.Queue() for _ in range(1, processes)]
+        self.heartbeats = [context.Value("d", time.time(), lock=False) for _ in range(1, processes)]
         self.helpers = [
             context.Process(target=_helper_main, name=f"streamrl-learner-{rank}", daemon=True,
-                            args=(rank, processes, port, config, state, reward_range, threads, self.commands[rank - 1], out_dir))
+                            args=(rank, processes, port, config, state, reward_range, threads, self.commands[rank - 1], out_dir,
+                                  self.heartbeats[rank - 1]))
             for rank in range(1, processes)
         ]
         for helper in self.helpers:
             helper.start()
+        #: why a helper was killed by the watchdog (it was alive but silent), by rank
+        self.silenced: dict[int, str] = {}
+        self._watchdog = threading.Thread(target=self._watch_heartbeats, args=(config.train.learner_heartbeat_s,),
+                                          name="streamrl-learner-watchdog", daemon=True)
+        self._watchdog.start()
         join_group(0, processes, port, device)
         self.canonical = learner.policy
         optimizer = _named_optimizer_state(learner)
@@ -310,6 +321,7 @@ class DataParallelLearner:
             return checkpoint_tensors(self.local)
 
     def close(self) -> None:
+        self._closed = True
         for commands, helper in zip(self.commands, self.helpers):
             if helper.is_alive():
                 commands.put(("stop", None))
@@ -325,11 +337,22 @@ class DataParallelLearner:
         for commands in self.commands:
             commands.put(command)
 
+    def _watch_heartbeats(self, bound_s: float) -> None:
+        """Kill a helper that is alive but silent past ``bound_s`` (SIGSTOP, a hang): its peers'
+        collective then fails at once, and the run stops in one line instead of waiting on it."""
+        while not self._closed:
+            for rank, (helper, beat) in enumerate(zip(self.helpers, self.heartbeats), start=1):
+                silent = time.time() - beat.value
+                if helper.exitcode is None and silent > bound_s and rank not in self.silenced:
+                    self.silenced[rank] = f"silent for {silent:.0f} s, past train.learner_heartbeat_s={bound_s:g}; killed"
+                    helper.kill()
+            time.sleep(min(1.0, bound_s / 4))
+
     def _raise_if_dead(self, during: str) -> None:
         for rank, helper in enumerate(self.helpers, start=1):
             if helper.exitcode is not None:
                 code = helper.exitcode
-                how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+                how = self.silenced.get(rank) or (f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}")
                 raise LearnerProcessDied(
                     f"learner process rank {rank} (pid {helper.pid}) died ({how}){' during ' + during if during else ''}; "
                     f"the run stopped; continue with: streamrl train --out {self.out_dir} --resume"
@@ -359,10 +382,17 @@ def _named_optimizer_state(learner: Learner) -> dict[str, Any]:
 
 
 def _helper_main(rank: int, world: int, port: int, config: Config, state: Any, reward_range: tuple[float, float],
-                 threads: int, commands: Any, out_dir: str) -> None:
+                 threads: int, commands: Any, out_dir: str, heartbeat: Any) -> None:
     """A learner process other than rank 0: build the same learner, then follow rank 0's commands
-    until ``stop`` (or until rank 0 is gone)."""
+    until ``stop`` (or until rank 0 is gone), beating ``heartbeat`` every second all along."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: rank 0 stops us
+
+    def beat() -> None:  # a thread: a long step beats on, a stopped process does not
+        while True:
+            heartbeat.value = time.time()
+            time.sleep(1.0)
+
+    threading.Thread(target=beat, name="streamrl-heartbeat", daemon=True).start()
     torch.set_num_threads(threads)
     from streamrl.training.allocator import keep_freed_memory
 

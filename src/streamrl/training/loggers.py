@@ -75,7 +75,8 @@ class MetricsLogger:
             sink.log(step, numeric)
 
     def offset(self) -> int:
-        """Bytes written so far (stored in checkpoints)."""
+        """Bytes written so far, synced to disk (stored in checkpoints)."""
+        self._file.sync()
         return self.path.stat().st_size
 
     def close(self) -> None:

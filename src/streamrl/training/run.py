@@ -330,7 +330,7 @@ class Workspace:
         self.samples = root / "samples.jsonl"
         self.resume = resume
         # held until release() or the process's end; first, so a live run's folder is refused as such
-        self._lock: int | None = lock_folder(root) if root.is_dir() else None
+        self._lock: int | None = lock_folder(root) if os.path.isdir(root) else None  # (False for a name too long)
         try:
             self.checkpoint = check_resume(root, config, warn=echo) if resume else None
             #: a resumed run stopped between SFT and RL: RL starts from this SFT model
