@@ -39,8 +39,9 @@ from streamrl.policy import load_policy  # noqa: E402
 from streamrl.policy.dtype_choice import processor_name  # noqa: E402
 from streamrl.policy.modeling import decoder_and_head  # noqa: E402
 from streamrl.policy.scoring import forward_for_loss  # noqa: E402
-from streamrl.training.data_parallel import Ranks, free_port, join_group, load_sharded_optimizer, shard_blocks  # noqa: E402
+from streamrl.training.data_parallel import free_port, join_group, load_sharded_optimizer, shard_blocks  # noqa: E402
 from streamrl.training.optim import adamw  # noqa: E402
+from streamrl.training.ranks import Ranks  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from streamrl import cli
-from streamrl.envs.__main__ import TYPING_HINTS, play, read_action
+from streamrl.play import TYPING_HINTS, play, read_action
 
 SMALL_TINY = "tiny:hidden=64,layers=2,heads=4,kv_heads=2,intermediate=128"
 pytestmark = pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
@@ -130,7 +130,7 @@ def test_a_person_plays_math_tir_with_tool_calls():
 def test_human_play_uses_readline_at_a_terminal(monkeypatch):
     import sys
 
-    from streamrl.envs import __main__ as envs_main
+    import streamrl.play as envs_main
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

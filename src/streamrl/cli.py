@@ -33,7 +33,7 @@ from streamrl.commands import (
     cmd_train,
     quiet_libraries,
 )
-from streamrl.envs.__main__ import _option
+from streamrl.play import option
 from streamrl.policy.loading import DTYPE_NAMES
 from streamrl.training.config import ALGORITHMS, ConfigError
 from streamrl.training.preflight import one_line
@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("env")
     play.add_argument("--seed", type=int)
     play.add_argument("--task-id")
-    play.add_argument("--option", action="append", type=_option, help="environment option KEY=VALUE")
+    play.add_argument("--option", action="append", type=option, help="environment option KEY=VALUE")
     play.add_argument("--tools", action="store_true",
                       help="the tool form: call the environment's tools (with --model: env.tools=true)")
     play.add_argument("--model", help="let this policy play while you watch: a run folder, model folder or spec")

@@ -203,8 +203,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_play(args: argparse.Namespace) -> int:
     from streamrl.envs import UnknownEnvironmentError
-    from streamrl.envs.__main__ import play, watch
     from streamrl.envs.registry import EnvOptionError
+    from streamrl.play import Narrating, play, watch
 
     options = dict(args.option or [])
     if not args.model:
@@ -217,7 +217,7 @@ def cmd_play(args: argparse.Namespace) -> int:
         except Exception as error:  # an environment that cannot start: one line, as train says it
             raise CLIError(f"{args.env}: the environment cannot be played ({type(error).__name__}: {error})") from None
     from streamrl.api import warn as warning
-    from streamrl.policy.hf_engine import HFEngine
+    from streamrl.policy.engines import make_engine
     from streamrl.policy.loading import load_policy
     from streamrl.training.evaluate import episode_runner, episode_settings
 
@@ -227,12 +227,14 @@ def cmd_play(args: argparse.Namespace) -> int:
     policy = load_policy(model, dtype=config.model.dtype, device=config.model.device, threads=config.model.threads)
     temperature = args.temperature if args.temperature is not None else (
         0.0 if config.eval.greedy else config.eval.temperature)
-    engine = HFEngine.from_policy(policy, seed=config.train.seed)
+    # the engine the run trained with (model.engine, model.rollout_dtype), narrated as it plays
+    engine = make_engine(config.model.engine, policy, seed=config.train.seed, rollout_dtype=config.model.rollout_dtype,
+                         threads=config.model.threads)
     try:
-        runner = episode_runner(config, engine, policy, episode_settings(config, temperature=temperature))
+        runner = episode_runner(config, Narrating(engine, sys.stdout), policy, episode_settings(config, temperature=temperature))
         return watch(config.env.name, args.seed, args.task_id, dict(config.env.options), runner, sys.stdout)
     finally:
-        engine.close_sync()
+        asyncio.run(engine.close())
 
 
 def _play_config(args: argparse.Namespace, run: Path | None) -> Config:

@@ -20,7 +20,6 @@ from torch.distributed.tensor import DTensor
 from streamrl.training.assemble import make_learner
 from streamrl.training.data_parallel import (
     DataParallelLearner,
-    Ranks,
     free_port,
     gather_trained,
     join_group,
@@ -28,6 +27,7 @@ from streamrl.training.data_parallel import (
     sharded_learner,
 )
 from streamrl.training.loggers import read_metrics
+from streamrl.training.ranks import Ranks
 from streamrl.training.run import REFERENCE_FOLDER, load_reference, load_run_policy
 
 #: every algorithm, and SPO++ with LoRA on the top block (adapters sharded, the lower block frozen)

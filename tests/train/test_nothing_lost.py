@@ -187,7 +187,7 @@ def test_play_answers_a_broken_environment_in_one_line(tmp_path, capsys, monkeyp
 
 
 def test_a_bare_word_argument_is_the_text_a_person_meant():
-    from streamrl.envs.__main__ import typed_message
+    from streamrl.play import typed_message
 
     schemas = [{"type": "function", "function": {"name": "take", "parameters": {"properties": {"object": {}}}}}]
     message = typed_message("take(object=cup)", schemas)

@@ -54,7 +54,8 @@ Evaluation, outside the training stream::
 ``streamrl.policy.scripted`` has a scripted engine and a character-level codec for dry runs.
 """
 
-from streamrl.rollout.backend import EpisodeBackend, LocalBackend, WorkerSpec, make_backend
+from streamrl.rollout.backend import EpisodeBackend, LocalBackend, WorkerSpec
+from streamrl.rollout.backends import make_backend
 from streamrl.rollout.dispatcher import Rollout
 from streamrl.rollout.episode import EpisodeRunner, EpisodeSettings
 from streamrl.rollout.events import EventLog, read_events, replay

@@ -10,7 +10,7 @@ and gets back the ``Trajectory`` plus the name of the worker that played it (for
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Callable, Protocol
 
 from streamrl.envs import make
 from streamrl.envs.base import ActionParser, AsyncEnv, Env, PromptBuilder
@@ -21,7 +21,6 @@ from streamrl.rollout.episode import EpisodeRunner, EpisodeSettings
 from streamrl.rollout.roles import action_parser, prompt_builder
 from streamrl.rollout.trajectory import DispatchRecord, Trajectory
 
-BackendKind = Literal["local", "ray"]
 #: ``log(event, **fields)``: the dispatcher's event log, for what a backend observes (lost workers)
 EventSink = Callable[..., Any]
 
@@ -133,26 +132,3 @@ class WorkerSpec:
 
     def make_prompt_builder(self) -> PromptBuilder:
         return prompt_builder(self.env, self.prompt_options, self.episode.tools)
-
-
-def make_backend(
-    kind: BackendKind,
-    spec: WorkerSpec,
-    *,
-    concurrency: int,
-    engine: InferenceEngine,
-    codec: ChatCodec,
-    weights: Callable[[], dict[str, Any]],
-    workers: int = 1,
-) -> EpisodeBackend:
-    """The backend of ``rollout.backend``: ``local`` plays on ``engine`` in this process; ``ray``
-    starts ``workers`` actors built from ``spec``, serving ``weights()`` (read at start and at each
-    publish, put into the object store once per version) from ``engine.version`` on."""
-    if kind == "local":
-        return LocalBackend(engine, codec, spec.make_env, spec.make_parser(codec), spec.make_prompt_builder(),
-                            spec.episode, concurrency)
-    if kind == "ray":
-        from streamrl.rollout.ray_backend import RayBackend
-
-        return RayBackend(spec, workers=workers, concurrency=concurrency, weights=weights, version=engine.version)
-    raise ValueError(f"rollout.backend must be 'local' or 'ray', got {kind!r}")

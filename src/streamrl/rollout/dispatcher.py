@@ -57,7 +57,7 @@ class Rollout:
     """Asynchronous rollout over a prompt source and a backend that plays the episodes.
 
     The backend is ``LocalBackend`` over ``engine``, ``env_factory``, ``parser``, ``prompt_builder``
-    and ``codec`` unless one is given (``backend.make_backend``: ``RayBackend`` plays on Ray actors).
+    and ``codec`` unless one is given (``backends.make_backend``: ``RayBackend`` plays on Ray actors).
 
     The trainer calls ``await next_batch()`` to receive trajectories, ``publish(version)`` after
     each optimiser step (having called ``engine.update_weights`` itself), ``state_dict()`` when it

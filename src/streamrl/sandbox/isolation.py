@@ -40,11 +40,9 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 
-LEVELS = ("process", "process+netns", "process+netns+pidns", "bwrap", "kernel")
-#: the levels that meet the default bar, most preferred first
-SAFE_LEVELS = ("kernel", "bwrap")
+from streamrl.sandbox.levels import LEVELS, SAFE_LEVELS, Isolation, interpreter_binds
+
 #: where the work dir appears inside the private filesystem levels
 BWRAP_WORKDIR = "/sandbox"
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -63,42 +61,6 @@ class SandboxUnavailableError(RuntimeError):
     isolation was not opted into)."""
 
 
-@dataclass(frozen=True)
-class Isolation:
-    """One isolation level: how to wrap the interpreter command, and what it guarantees."""
-
-    level: str
-    _wrap: Callable[[str, list[str], int], list[str]]
-    #: a network namespace blocks sockets (otherwise the bootstrap installs stubs)
-    network_namespace: bool
-    #: every process of the run dies with the sandbox's init, whatever its session
-    pid_namespace: bool
-    #: the code sees only read-only system dirs and its work dir
-    private_filesystem: bool
-    #: the work dir as the sandboxed code sees it (None: the host path)
-    inner_workdir: str | None = None
-    #: the spawned process is the sandbox's init itself (not a wrapper such as bwrap)
-    init_is_leader: bool = True
-    #: the bootstrap builds the sandbox itself with the kernel's primitives (``_confine.py``)
-    confine: bool = False
-    #: the runner adds no_new_privs, Landlock and seccomp before the code runs
-    harden: bool = False
-    #: meets the default bar (see ``SAFE_LEVELS``)
-    safe: bool = False
-    #: where the init finds the code file (None: its working directory)
-    input_dir: str | None = None
-
-    def command(self, workdir: str, argv: list[str], disk_bytes: int = 64 << 20) -> list[str]:
-        """``argv`` (the interpreter command) wrapped for this level, for work dir ``workdir``."""
-        return self._wrap(workdir, argv, disk_bytes)
-
-    def workdir_inside(self, workdir: str) -> str:
-        return self.inner_workdir or workdir
-
-    def rank(self) -> int:
-        return LEVELS.index(self.level)
-
-
 def _plain(_workdir: str, argv: list[str], _disk: int) -> list[str]:
     return list(argv)
 
@@ -111,21 +73,6 @@ def _unshare_net_pid(unshare: str) -> Callable[[str, list[str], int], list[str]]
     # Without --fork the interpreter (the sandbox's init) stays outside the new namespace and
     # its first child, the code, becomes PID 1 in it.
     return lambda _workdir, argv, _disk: [unshare, "--net", "--pid", "--", *argv]
-
-
-def interpreter_binds() -> list[tuple[str, str]]:
-    """(source, destination) pairs that make the interpreter and its site-packages visible."""
-    binds: list[tuple[str, str]] = []
-    for path in (sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))):
-        real = os.path.realpath(path)
-        for dest in (path, real):  # the spelled path (a venv's) and the resolved one
-            if dest.startswith("/usr/") or (real, dest) in binds:
-                continue
-            binds.append((real, dest))
-    return binds
-
-
-_interpreter_binds = interpreter_binds  # the old private name
 
 
 @functools.cache

@@ -24,7 +24,7 @@ from typing import Any, Literal, cast
 
 from streamrl.sandbox import _child, _confine, _frames, _landlock, _lockdown, _run_code, _seccomp, _syscalls
 from streamrl.sandbox.cgroup import RunCgroup
-from streamrl.sandbox.isolation import Isolation, interpreter_binds
+from streamrl.sandbox.levels import Isolation, interpreter_binds
 from streamrl.sandbox.limits import SandboxLimits
 
 WORKDIR_PREFIX = "streamrl-sbx-"

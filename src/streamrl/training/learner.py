@@ -36,7 +36,7 @@ from streamrl.training.batch import (
     split_rows,
 )
 from streamrl.training.config import OptimConfig, RewardConfig
-from streamrl.training.data_parallel import Ranks
+from streamrl.training.ranks import Ranks
 from streamrl.training.errors import NonFiniteError
 from streamrl.training.optim import adamw, load_optimizer_state
 
