@@ -7,7 +7,7 @@ result; the shared warm start's own success is the baseline measured in the same
 
 * ``--quick`` (under a minute on 2 cores): ``pick_object`` (one turn: write the target named among
   three listed objects). Warm start: 8 epochs of 160 expert demonstrations, enough for the copy
-  circuit to form (stopping earlier leaves it to chance: ``tests/train/test_learning.py``); rollouts
+  circuit to form (stopping earlier leaves it to chance: ``tests/training/test_learning.py``); rollouts
   and evaluation sample at temperature 1.5, where the warm start's choice is right about 35-45% of
   the time on the 200 held-out tasks. RL sharpens the sampled policy, so this mode evaluates by
   sampling. ``--steps`` (default 75) steps of 16 trajectories per algorithm, lr 5e-4 for every

@@ -1,7 +1,7 @@
 """An agent trained through the endpoint trains on exactly what the environment's own tool form would:
 ``examples/openai_agent.py`` on pick_object's tasks and the ``pick_object`` environment with
 ``env.tools=true``, answered by the same engine, give the same prompt ids, generated ids, log-probs,
-masks and rewards. So the tool form's learning test (tests/train/test_tool_learning.py) vouches for
+masks and rewards. So the tool form's learning test (tests/training/test_tool_learning.py) vouches for
 what the agent path feeds the learner too."""
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ class PolicyLossConfig(Section):
     #: PPO epochs over each learner batch, and mini-batches (optimiser steps) per epoch
     epochs: StrictInt = Field(1, ge=1)
     mini_batches: StrictInt = Field(1, ge=1)
-    #: trains a separate critic model (memory estimate in ``train/resources.py``)
+    #: trains a separate critic model (memory estimate in ``training/resources.py``)
     trains_critic: ClassVar[bool] = False
 
     @field_validator("dual_clip")

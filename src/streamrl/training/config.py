@@ -1,7 +1,7 @@
 """The one configuration system: typed, validated pydantic models, loaded from YAML plus dotted
 command-line overrides (``train.steps=20 algo.dual_clip=3``).
 
-Every algorithm has its own section class (``train/algo_config.py``, with the algorithm table);
+Every algorithm has its own section class (``training/algo_config.py``, with the algorithm table);
 the ``algo.name`` field selects it. Unknown fields are errors, and every error names its field and,
 for a choice, the allowed values, before any work starts.
 """

@@ -1,12 +1,12 @@
 """The learner: one optimiser step (or a few PPO epochs) from a batch of trajectories.
 
-The learner is algorithm-blind. An ``Algorithm`` (``train/algorithms/base.py``) supplies what
+The learner is algorithm-blind. An ``Algorithm`` (``training/algorithms/base.py``) supplies what
 differs: rollout mode, prompt source, per-turn advantages, optional auxiliary loss and critic,
 and its own state. Everything else is here, and only here: collation, proximal and reference
 log-probs, truncated importance weights, the clipped policy loss with global denominators over
 micro-batches, the optimiser steps of actor and critic, metrics.
 
-Formulas live in ``streamrl.algos``; index arithmetic in ``train/batch.py``; this module only
+Formulas live in ``streamrl.algos``; index arithmetic in ``training/batch.py``; this module only
 assembles them.
 """
 
@@ -79,7 +79,7 @@ class Learner:
     def __init__(self, algorithm: Algorithm, settings: UpdateConfig, policy: Policy, reference: Any | None = None,
                  ranks: Ranks = Ranks()):
         self.algorithm = algorithm
-        #: this process among the learner processes (``train/data_parallel.py``; default: alone)
+        #: this process among the learner processes (``training/data_parallel.py``; default: alone)
         self.ranks = ranks
         self.settings = settings
         self.policy = policy

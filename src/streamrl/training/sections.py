@@ -1,4 +1,4 @@
-"""The base of every configuration section (``train/config.py``, ``train/algo_config.py``)."""
+"""The base of every configuration section (``training/config.py``, ``training/algo_config.py``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """One small module per algorithm, each a class satisfying ``base.Algorithm``; ``make_algorithm``
-picks one by ``algo.name`` through the algorithm table (``train/algo_config.py``)."""
+picks one by ``algo.name`` through the algorithm table (``training/algo_config.py``)."""
 
 from __future__ import annotations
 

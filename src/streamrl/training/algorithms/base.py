@@ -1,7 +1,7 @@
 """What an algorithm is to the learner: the ``Algorithm`` protocol and the values it exchanges.
 
 An algorithm maps delivered trajectories to per-turn advantages (and, optionally, targets for a
-critic or for its own auxiliary loss); the learner (``train/learner.py``) owns everything else:
+critic or for its own auxiliary loss); the learner (``training/learner.py``) owns everything else:
 collation, the proximal and reference passes, the policy loss and the optimiser steps. State
 crosses between the two only through the arguments and return values below; what an algorithm
 keeps across steps (trackers) it checkpoints through ``state_dict``.
@@ -79,7 +79,7 @@ WarmStart = Callable[[list[str], Play], Awaitable[str | None]]
 
 class Algorithm(Protocol):
     """One RL algorithm, as the loop and the learner see it (one module in this package and one
-    row of ``train/algo_config.py``'s ``ALGORITHM_TABLE``; constructed as ``Class(section, setup)``)."""
+    row of ``training/algo_config.py``'s ``ALGORITHM_TABLE``; constructed as ``Class(section, setup)``)."""
 
     #: ``"stream"`` (one trajectory per dispatch) or ``"group"`` (``group_size`` per prompt)
     rollout_mode: Literal["stream", "group"]

@@ -1,6 +1,6 @@
 """PPO with a separate critic and turn-level GAE (docs/algorithms.md §3).
 
-Each learner step scores V_old with the critic (``train/critic.py``), computes turn GAE and
+Each learner step scores V_old with the critic (``training/critic.py``), computes turn GAE and
 normalised advantages; the learner updates the actor (the shared PPO loss), then the critic
 beside it toward ``Prepared.value_targets``, with its own optimiser.
 """

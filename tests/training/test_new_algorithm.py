@@ -1,5 +1,5 @@
 """Adding an algorithm is one module plus one ``streamrl.register_algorithm`` call: the test-only RLOO
-(``tests/train/rloo.py``) trains end to end through the real loop, config, checkpoint and resume."""
+(``tests/training/rloo.py``) trains end to end through the real loop, config, checkpoint and resume."""
 
 from __future__ import annotations
 
