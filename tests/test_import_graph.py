@@ -123,3 +123,15 @@ def test_the_checks_would_see_a_cycle_and_an_upward_arrow():
     assert cycles(graph) == [["streamrl.envs.a", "streamrl.training.b"]]
     assert layer("streamrl.training.b") > layer("streamrl.envs.a")
     assert "streamrl.sandbox.launch" in import_graph()["streamrl.sandbox.isolation"]  # a lazy import counts
+
+
+def _calls(text: str) -> list[str]:
+    """The src modules (outside the one that defines it) whose code contains ``text``."""
+    return sorted(str(path.relative_to(SOURCE)) for path in SOURCE.rglob("*.py") if text in path.read_text(encoding="utf-8"))
+
+
+def test_each_setting_is_resolved_in_one_place():
+    """The tool format from ``model.tool_format`` once, on the policy (as TRL attaches it to the
+    tokenizer); the CPU engine built only in ``policy/`` (everyone else goes through ``make_engine``)."""
+    assert [p for p in _calls("resolve_tool_format(") if p != "policy/tool_format.py"] == ["policy/policy.py"]
+    assert all(p.startswith("policy/") for p in _calls("HFEngine.from_policy(") + _calls("HFEngine("))

@@ -57,7 +57,8 @@ def evaluate(config: ConfigLike = "default", model: str | Path | None = None, *,
 
     config = as_config(config, overrides)
     preflight(config, warn=warn)
-    source = {"spec": model, "chat_template": config.model.chat_template} if model else policy_source(config)
+    source = ({"spec": model, "chat_template": config.model.chat_template, "tool_format": config.model.tool_format}
+              if model else policy_source(config))
     policy = load_policy(**source, dtype=config.model.dtype, device=config.model.device, threads=config.model.threads)
 
     async def run() -> Any:

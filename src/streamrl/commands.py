@@ -24,11 +24,20 @@ class CLIError(Exception):
 
 
 def quiet_libraries() -> None:
-    """Libraries' chatter off, by environment variables only: importing transformers here would
-    make a typo in a config key wait for it (the config is checked before anything heavy loads)."""
+    """Libraries' chatter off, by environment variables: importing transformers here would make a
+    typo in a config key wait for it (``quiet_transformers`` runs once the input is checked)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+def quiet_transformers() -> None:
+    """transformers' own progress bars off (loading and saving shards): after the input is checked."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.disable_progress_bar()
 
 
 def _config(args: argparse.Namespace, check: bool = True) -> Config:
@@ -50,6 +59,7 @@ def _config(args: argparse.Namespace, check: bool = True) -> Config:
     config = load_config(paths, overrides, algo=getattr(args, "algo", None))
     if check:
         preflight(config, demonstrations=args.command == "sft", warn=warn)
+    quiet_transformers()
     return config
 
 
@@ -162,14 +172,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = _config(args)  # answered before torch loads
     from streamrl.agents import Endpoint, EndpointServer, EndpointSettings, build_app
     from streamrl.policy.engines import make_engine
-    from streamrl.policy.tool_format import resolve_tool_format
     from streamrl.training.run import load_run_policy
 
     policy = load_run_policy(config, None)
 
     async def serve() -> None:
         engine = make_engine(config.model.engine, policy, seed=config.train.seed, threads=config.model.threads)
-        endpoint = Endpoint(engine, policy, resolve_tool_format(policy, config.model.tool_format)[0],
+        endpoint = Endpoint(engine, policy, policy.tool_format,
                             settings=EndpointSettings(max_new_tokens=config.rollout.max_new_tokens,
                                                       max_tokens_cap=8 * config.rollout.max_new_tokens,
                                                       max_context_tokens=config.rollout.max_context_tokens,
@@ -224,7 +233,9 @@ def cmd_play(args: argparse.Namespace) -> int:
     model, run = model_of(args.model, "--model")
     config = _play_config(args, run)
     preflight(config, warn=warning)
-    policy = load_policy(model, dtype=config.model.dtype, device=config.model.device, threads=config.model.threads)
+    quiet_transformers()
+    policy = load_policy(model, dtype=config.model.dtype, device=config.model.device, threads=config.model.threads,
+                         tool_format=config.model.tool_format)
     temperature = args.temperature if args.temperature is not None else (
         0.0 if config.eval.greedy else config.eval.temperature)
     # the engine the run trained with (model.engine, model.rollout_dtype), narrated as it plays
@@ -333,6 +344,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise CLIError(f"--out: {out} exists and is not an empty folder; choose a new one")
     if out.resolve() == Path(model).expanduser().resolve():
         raise CLIError("--out: the export would overwrite its source")
+    quiet_transformers()
     policy = load_policy(model, dtype=args.dtype)
     folder = export_policy(policy, out, adapter=args.adapter)
     if args.adapter:

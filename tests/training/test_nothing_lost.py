@@ -150,9 +150,9 @@ def test_sft_tells_its_progress(monkeypatch):
     from streamrl.training import sft
 
     monkeypatch.setattr(sft, "PROGRESS_EVERY_S", 0.0)
-    from streamrl.training.config_files import load_config
     from streamrl.policy import load_policy
     from streamrl.rollout.trajectory import DispatchRecord, Trajectory, Turn
+    from streamrl.training.config_files import load_config
 
     config = load_config("configs/smoke.yaml", ["sft.epochs=2", "sft.batch_size=2"])
     policy = load_policy(config.model.spec)

@@ -27,7 +27,7 @@ from typing import Any
 from streamrl.agents.server import Endpoint, EndpointServer, EndpointSettings, build_app
 from streamrl.agents.sessions import DEFAULT_REWARD_RANGE, Session, to_trajectory
 from streamrl.policy.protocols import InferenceEngine
-from streamrl.policy.tool_format import ToolFormat, resolve_tool_format
+from streamrl.policy.tool_format import ToolFormat, tool_format_of
 from streamrl.rollout.trajectory import DispatchRecord, Trajectory
 
 AgentFunction = Callable[[Any, dict[str, Any]], Awaitable[Any]]
@@ -197,10 +197,9 @@ class AgentPlayer:
     function: str
     tasks: list[dict[str, Any]]
     settings: AgentSettings
-    tool_format: str = "auto"
 
     def __call__(self, engine: InferenceEngine, policy: Any) -> AgentBackend:
-        tool_format = resolve_tool_format(policy, self.tool_format)[0]
+        tool_format = tool_format_of(policy)  # the worker's policy was loaded with model.tool_format
         return AgentBackend(engine, policy, tool_format, load_agent(self.function), self.tasks, self.settings)
 
 

@@ -30,12 +30,24 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from streamrl.agents.protocol import (
-    MODEL_NAME, Options, RequestError, check_fields, chunk, closing_chunks, completion, context_exceeded, logprobs_content,
-    offered_tools, options_of, parse_json, sampling_of, template_messages,
+    MODEL_NAME,
+    Options,
+    RequestError,
+    check_fields,
+    chunk,
+    closing_chunks,
+    completion,
+    context_exceeded,
+    logprobs_content,
+    offered_tools,
+    options_of,
+    parse_json,
+    sampling_of,
+    template_messages,
 )
 from streamrl.agents.sessions import Call, Session, SessionStore, request_key, same_reply
 from streamrl.policy.protocols import GenerationRequest, InferenceEngine, SamplingParams

@@ -12,7 +12,6 @@ its worker thread.
 from __future__ import annotations
 
 import contextlib
-
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast

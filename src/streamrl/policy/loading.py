@@ -71,6 +71,7 @@ def load_policy(
     float32_weights: bool = False,
     entity_tokens: Sequence[str] = (),
     chat_template: str | os.PathLike[str] | None = None,
+    tool_format: str = "auto",
 ) -> Policy:
     """Build a ``Policy`` from ``spec`` (see the module docstring).
 
@@ -85,8 +86,19 @@ def load_policy(
     embeddings are trained from scratch) become whole tokens of the tokenizer
     (``tiny.load_tiny_tokenizer``). ``chat_template``: a shipped template name (``"hermes"``: ChatML
     with Hermes-style tools; ``"smollm2"``) or a path to a ``.jinja`` file; it replaces the
-    tokenizer's own template (``read_chat_template``).
+    tokenizer's own template (``read_chat_template``). ``tool_format`` (``model.tool_format``): how
+    the model writes tool calls, resolved once, when first asked (``Policy.tool_format``).
     """
+    policy = _build_policy(spec, dtype, device, threads, lora, value_tokens, seed, model_overrides, cache_dir,
+                           float32_weights, entity_tokens, chat_template)
+    policy.tool_format_request = tool_format
+    return policy
+
+
+def _build_policy(spec: str | os.PathLike[str], dtype: Any, device: str, threads: int | None, lora: dict[str, Any] | None,
+                  value_tokens: bool | tuple[str, str], seed: int, model_overrides: dict[str, Any] | None,
+                  cache_dir: str | os.PathLike[str] | None, float32_weights: bool, entity_tokens: Sequence[str],
+                  chat_template: str | os.PathLike[str] | None) -> Policy:
     import torch
 
     name, _, inline = str(spec).partition(":")

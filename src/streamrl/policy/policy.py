@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import os
 import re
@@ -25,6 +26,7 @@ from typing import Any
 
 from streamrl.policy.chat import ChatTemplateCodec
 from streamrl.policy.lora import is_peft_model, merged_weights
+from streamrl.policy.tool_format import ToolFormat, resolve_tool_format
 
 #: written next to the weights; records value tokens and, for LoRA, how to rebuild the base model
 POLICY_FILE = "streamrl_policy.json"
@@ -46,6 +48,8 @@ class Policy:
     #: weights' (float32 weights, bfloat16 compute); None: the weights' dtype
     compute_dtype: Any = None
     codec: ChatTemplateCodec = field(init=False, repr=False)
+    #: ``model.tool_format``: a format name or "auto" (``tool_format`` resolves it once)
+    tool_format_request: str = "auto"
     #: names of the parameters the model trains without ``limit_training`` (set by its first call)
     _trainable_names: set[str] | None = field(default=None, init=False, repr=False)
 
@@ -71,6 +75,21 @@ class Policy:
 
     def decode(self, token_ids: list[int]) -> str:
         return self.codec.decode(token_ids)
+
+    @functools.cached_property
+    def _resolved_tool_format(self) -> tuple[ToolFormat, str]:
+        return resolve_tool_format(self.tokenizer, self.tool_format_request)
+
+    @property
+    def tool_format(self) -> ToolFormat:
+        """How this model writes tool calls (``tool_format_request`` resolved, once, on first use:
+        a model whose template renders no tools never asks)."""
+        return self._resolved_tool_format[0]
+
+    @property
+    def tool_format_reason(self) -> str:
+        """One line: the format, and why it was chosen."""
+        return self._resolved_tool_format[1]
 
     @property
     def append_only(self) -> bool:

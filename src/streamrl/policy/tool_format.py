@@ -93,6 +93,13 @@ FORMATS: dict[str, ToolFormat] = {
 }
 
 
+def tool_format_of(codec: Any) -> ToolFormat:
+    """The tool format a codec writes: a ``Policy``'s, resolved once from ``model.tool_format``
+    (``Policy.tool_format``), else (a test's ``CharCodec``) the one it declares."""
+    resolved = getattr(codec, "tool_format", None)
+    return resolved if isinstance(resolved, ToolFormat) else resolve_tool_format(codec)[0]
+
+
 def resolve_tool_format(tokenizer: Any, requested: str = "auto") -> tuple[ToolFormat, str]:
     """The tool format for ``tokenizer`` and a one-line explanation of the choice.
 

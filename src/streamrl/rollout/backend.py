@@ -15,7 +15,7 @@ from typing import Any, Callable, Protocol
 from streamrl.envs import make
 from streamrl.envs.base import ActionParser, AsyncEnv, Env, PromptBuilder
 from streamrl.policy.protocols import ChatCodec, InferenceEngine
-from streamrl.policy.tool_format import resolve_tool_format
+from streamrl.policy.tool_format import tool_format_of
 from streamrl.rollout.env_pool import EnvPool
 from streamrl.rollout.episode import EpisodeRunner, EpisodeSettings
 from streamrl.rollout.roles import action_parser, prompt_builder
@@ -98,8 +98,6 @@ class WorkerSpec:
     parser_options: dict[str, Any] = field(default_factory=dict)
     prompt_options: dict[str, Any] = field(default_factory=dict)
     episode: EpisodeSettings = field(default_factory=EpisodeSettings)
-    #: the tool form (``episode.tools``): how the model writes calls, "auto" or a format name
-    tool_format: str = "auto"
     #: "hf" or "vllm" (``streamrl.policy.engines.make_engine``)
     engine: str = "hf"
     #: the engine's copy of the weights (``make_engine``'s ``rollout_dtype``)
@@ -127,7 +125,7 @@ class WorkerSpec:
 
     def make_parser(self, codec: ChatCodec) -> ActionParser:
         """The text form's parser, or the tool form's for the tool format ``codec`` writes."""
-        tool_format = resolve_tool_format(codec, self.tool_format)[0] if self.episode.tools else None
+        tool_format = tool_format_of(codec) if self.episode.tools else None
         return action_parser(self.env, self.parser_options, tool_format)
 
     def make_prompt_builder(self) -> PromptBuilder:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from streamrl.policy.protocols import InferenceEngine
-from streamrl.policy.tool_format import resolve_tool_format
 from streamrl.training.config import Config
 
 if TYPE_CHECKING:
@@ -38,8 +37,7 @@ def agent_player(config: Config, split: str = "train", temperature: float | None
     assert config.agent.function is not None
     settings = agent_settings(config, temperature)
     tasks = agent_tasks(config)
-    return AgentPlayer(config.agent.function, tasks[split] if split in tasks else tasks["train"], settings,
-                       config.model.tool_format)
+    return AgentPlayer(config.agent.function, tasks[split] if split in tasks else tasks["train"], settings)
 
 
 def agent_backend(config: Config, engine: InferenceEngine, policy: Policy, split: str = "train",
@@ -54,7 +52,7 @@ def external_backend(config: Config, engine: InferenceEngine, policy: Policy) ->
 
     from streamrl.agents.runner import ExternalAgentBackend
 
-    return ExternalAgentBackend(engine, policy, resolve_tool_format(policy, config.model.tool_format)[0],
+    return ExternalAgentBackend(engine, policy, policy.tool_format,
                                 agent_tasks(config)["train"], agent_settings(config), config.agent.host, config.agent.port,
                                 os.environ.get("STREAMRL_ENDPOINT_TOKEN") or None)
 

@@ -26,7 +26,7 @@ def worker_spec(config: Config, episode: EpisodeSettings, engine_threads: int | 
     return WorkerSpec(
         model={**policy_source(config), "dtype": model.dtype, "device": model.device, "threads": engine_threads},
         env=env.name, env_options=env.options, parser_options=env.parser, prompt_options=env.prompt,
-        episode=episode, tool_format=model.tool_format, engine=model.engine, rollout_dtype=model.rollout_dtype,
+        episode=episode, engine=model.engine, rollout_dtype=model.rollout_dtype,
         engine_threads=engine_threads, capture_layer=capture_layer, prefix_cache_tokens=engine_prefix_tokens(config),
         seed=config.train.seed,
         worker_gpus=1.0 if model.device.startswith("cuda") else 0.0,

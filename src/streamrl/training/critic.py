@@ -19,9 +19,9 @@ import torch
 from streamrl.algos import value_loss
 from streamrl.policy.modeling import decoder_and_head, enable_gradient_checkpointing, position_ids_from_mask
 from streamrl.training.batch import Batch, position_chunks
-from streamrl.training.ranks import Ranks
 from streamrl.training.errors import NonFiniteError
 from streamrl.training.optim import adamw, load_optimizer_state
+from streamrl.training.ranks import Ranks
 
 if TYPE_CHECKING:
     from streamrl.policy.policy import Policy

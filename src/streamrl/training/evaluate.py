@@ -8,7 +8,7 @@ from typing import Any
 
 from streamrl.envs import make
 from streamrl.policy.protocols import InferenceEngine, SamplingParams
-from streamrl.policy.tool_format import resolve_tool_format
+from streamrl.policy.tool_format import tool_format_of
 from streamrl.rollout import EpisodeRunner, EpisodeSettings, LatencyModel, Trajectory
 from streamrl.rollout.play_tasks import run_episodes
 from streamrl.rollout.roles import action_parser, prompt_builder
@@ -108,7 +108,7 @@ def training_episode_settings(config: Config) -> EpisodeSettings:
 
 def episode_runner(config: Config, engine: InferenceEngine, codec: Any, settings: EpisodeSettings) -> EpisodeRunner:
     env = config.env
-    tool_format = resolve_tool_format(codec, config.model.tool_format)[0] if settings.tools else None
+    tool_format = tool_format_of(codec) if settings.tools else None
     return EpisodeRunner(
         engine, codec, action_parser(env.name, env.parser, tool_format), prompt_builder(env.name, env.prompt, settings.tools),
         settings,

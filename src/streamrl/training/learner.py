@@ -36,9 +36,9 @@ from streamrl.training.batch import (
     split_rows,
 )
 from streamrl.training.config import OptimConfig, RewardConfig
-from streamrl.training.ranks import Ranks
 from streamrl.training.errors import NonFiniteError
 from streamrl.training.optim import adamw, load_optimizer_state
+from streamrl.training.ranks import Ranks
 
 if TYPE_CHECKING:
     from streamrl.policy.policy import Policy

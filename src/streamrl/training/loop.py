@@ -21,7 +21,6 @@ from streamrl.envs import make
 from streamrl.policy.dtype_choice import processor_name
 from streamrl.policy.engines import block_inputs_refusal, make_engine
 from streamrl.policy.protocols import InferenceEngine
-from streamrl.policy.tool_format import resolve_tool_format
 from streamrl.rollout import DeadEnvironmentError, Rollout, RolloutSettings
 from streamrl.rollout.play_tasks import run_episodes
 from streamrl.training.agent_mode import agent_tasks, play_agent
@@ -72,7 +71,7 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
     model = model_record(config, policy)
     echo(model_line(model))
     if config.env.tools:  # the format auto picked, and why
-        echo(resolve_tool_format(policy, config.model.tool_format)[1])
+        echo(policy.tool_format_reason)
     logger = ws.logger(state)
     samples = ws.sample_log(state)
     summary: dict[str, Any] = {"out_dir": str(ws.root), "model": model, "processor": processor_name()}

@@ -113,7 +113,7 @@ def load_run_policy(config: Config, state: ResumeState | None, sft_model: Path |
     model = config.model
     if state is not None:
         return load_policy(state.path / "policy", dtype=model.dtype, device=model.device, threads=model.threads,
-                           float32_weights=True)
+                           float32_weights=True, tool_format=model.tool_format)
     if sft_model is not None:
         config = config.model_copy(update={"model": model.model_copy(update={"init_from": str(sft_model)})})
     return load_policy(
@@ -132,7 +132,7 @@ def policy_source(config: Config) -> dict[str, Any]:
     entity_tokens = environment_entities(config) if model.entity_tokens and not model.init_from else ()
     return {"spec": model.init_from or model.spec, "seed": config.train.seed,
             "model_overrides": model.overrides or None, "entity_tokens": entity_tokens,
-            "chat_template": model.chat_template}
+            "chat_template": model.chat_template, "tool_format": model.tool_format}
 
 
 def model_record(config: Config, policy: Any) -> dict[str, Any]:
