@@ -135,3 +135,8 @@ def test_each_setting_is_resolved_in_one_place():
     tokenizer); the CPU engine built only in ``policy/`` (everyone else goes through ``make_engine``)."""
     assert [p for p in _calls("resolve_tool_format(") if p != "policy/tool_format.py"] == ["policy/policy.py"]
     assert all(p.startswith("policy/") for p in _calls("HFEngine.from_policy(") + _calls("HFEngine("))
+
+
+def test_the_configured_environment_is_built_in_one_place():
+    assert _calls("make(config.env.name") == []
+    assert [p for p in _calls("make(self.name, **self.options)")] == ["training/environment.py"]

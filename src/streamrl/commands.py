@@ -141,13 +141,9 @@ def eval_split(config: Config) -> str:
         return agent_eval_split(config)
     if config.env.eval_split:
         return config.env.eval_split
-    from streamrl.envs import make
+    from streamrl.training.environment import Environment
 
-    env = make(config.env.name, **config.env.options)
-    try:
-        return env.spec.eval_split
-    finally:
-        env.close()
+    return Environment.of(config.env).spec().eval_split
 
 
 def safe_name(name: str) -> str:

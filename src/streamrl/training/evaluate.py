@@ -6,7 +6,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from streamrl.envs import make
 from streamrl.policy.protocols import InferenceEngine, SamplingParams
 from streamrl.policy.tool_format import tool_format_of
 from streamrl.rollout import EpisodeRunner, EpisodeSettings, LatencyModel, Trajectory
@@ -15,6 +14,7 @@ from streamrl.rollout.roles import action_parser, prompt_builder
 from streamrl.rollout.trajectory import format_problem_shares, turn_stats
 from streamrl.training.agent_mode import agent_tasks, eval_split, play_agent
 from streamrl.training.config import Config
+from streamrl.training.environment import Environment
 
 
 @dataclass
@@ -116,12 +116,9 @@ def episode_runner(config: Config, engine: InferenceEngine, codec: Any, settings
 
 
 def eval_task_ids(config: Config) -> tuple[str, list[str]]:
-    env = make(config.env.name, **config.env.options)
-    try:
+    with Environment.of(config.env).probe() as env:
         split = config.env.eval_split or env.spec.eval_split
         return split, env.task_ids(split, limit=config.env.eval_tasks)
-    finally:
-        env.close()
 
 
 async def evaluate(config: Config, engine: InferenceEngine, codec: Any, tag: str = "eval") -> EvalResult:
@@ -135,7 +132,7 @@ async def evaluate(config: Config, engine: InferenceEngine, codec: Any, tag: str
     settings = episode_settings(config, temperature=temperature)
     trajectories = await run_episodes(
         episode_runner(config, engine, codec, settings),
-        lambda: make(config.env.name, **config.env.options),
+        Environment.of(config.env).make,
         task_ids,
         concurrency=config.eval.concurrency or config.rollout.concurrency,
         seed=config.train.seed,

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from streamrl.envs import make
 from streamrl.policy.dtype_choice import processor_name
 from streamrl.policy.engines import block_inputs_refusal, make_engine
 from streamrl.policy.protocols import InferenceEngine
@@ -29,6 +28,7 @@ from streamrl.training.assemble import make_learner
 from streamrl.training.backend_choice import rollout_backend
 from streamrl.training.config import Config
 from streamrl.training.data_parallel import DataParallelLearner
+from streamrl.training.environment import Environment
 from streamrl.training.errors import TrainingError, TrainingInterrupted
 from streamrl.training.evaluate import episode_runner, episode_settings, evaluate, training_episode_settings
 from streamrl.training.learner import Learner
@@ -229,11 +229,8 @@ def training_tasks(config: Config) -> tuple[list[str], tuple[float, float]]:
     if config.agent.function or config.agent.external:
         reward_range = cast("tuple[float, float]", tuple(config.agent.reward_range))  # validated as a pair
         return [task["id"] for task in agent_tasks(config)["train"]], reward_range
-    env = make(config.env.name, **config.env.options)
-    try:
+    with Environment.of(config.env).probe() as env:
         return env.task_ids("train", limit=config.env.train_tasks), env.spec.reward_range
-    finally:
-        env.close()
 
 
 async def play_episodes(
@@ -245,7 +242,7 @@ async def play_episodes(
         return await play_agent(config, engine, policy, prompt_ids, request_prefix)
     return await run_episodes(
         episode_runner(config, engine, policy, episode_settings(config)),
-        lambda: make(config.env.name, **config.env.options),
+        Environment.of(config.env).make,
         prompt_ids,
         concurrency=config.rollout.concurrency, seed=config.train.seed, request_prefix=request_prefix,
     )

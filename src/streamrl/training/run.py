@@ -31,12 +31,12 @@ from typing import Any, Callable
 
 import torch
 
-from streamrl.envs import make
 from streamrl.policy.loading import load_policy
 from streamrl.rollout import Trajectory
 from streamrl.training.checkpoint import Checkpoint, latest_valid, list_checkpoints, save_checkpoint
 from streamrl.training.config import Config, ConfigError
 from streamrl.training.config_files import config_to_yaml, load_config
+from streamrl.training.environment import Environment
 from streamrl.training.errors import RunFolderError, TrainingError
 from streamrl.training.loggers import MetricsLogger
 from streamrl.training.samples import SampleLog
@@ -152,11 +152,7 @@ def model_line(model: dict[str, Any]) -> str:
 
 def environment_entities(config: Config) -> tuple[str, ...]:
     """The configured environment's ``EnvSpec.entity_tokens``."""
-    probe = make(config.env.name, **config.env.options)
-    try:
-        return probe.spec.entity_tokens
-    finally:
-        probe.close()
+    return Environment.of(config.env).spec().entity_tokens
 
 
 #: everything a run (or ``streamrl sft``) writes into its folder: what ``overwrite`` removes

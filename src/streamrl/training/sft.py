@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 
 import torch
 
-from streamrl.envs import Env, StepResult, make, make_parser
+from streamrl.envs import Env, StepResult, make_parser
 from streamrl.policy.modeling import enable_gradient_checkpointing
 from streamrl.policy.protocols import GenerationRequest, GenerationResult
 from streamrl.policy.scoring import default_token_mask, forward_for_loss
@@ -32,6 +32,7 @@ from streamrl.rollout.play_tasks import run_episodes
 from streamrl.rollout.roles import prompt_builder
 from streamrl.training.batch import collate, micro_batches
 from streamrl.training.config import Config
+from streamrl.training.environment import Environment
 from streamrl.training.evaluate import episode_runner, episode_settings
 from streamrl.training.optim import adamw, clip_and_step
 from streamrl.training.run import environment_entities
@@ -186,14 +187,13 @@ async def collect_demonstrations(config: Config, policy: Policy, heldout: bool =
     if heldout and not sft.heldout_demos:
         return []
     if sft.source in ("expert", "search_expert"):
-        probe = make(config.env.name, **config.env.options)
-        if heldout:
-            goals = probe.task_ids(config.env.eval_split or probe.spec.eval_split)
-            task_ids = goals[max(0, len(goals) - sft.heldout_demos):]
-        else:
-            # demonstrations come from train tasks the RL pool does not use
-            task_ids = probe.task_ids("train", limit=config.env.train_tasks + sft.demos)[config.env.train_tasks :]
-        probe.close()
+        with Environment.of(config.env).probe() as probe:
+            if heldout:
+                goals = probe.task_ids(config.env.eval_split or probe.spec.eval_split)
+                task_ids = goals[max(0, len(goals) - sft.heldout_demos):]
+            else:
+                # demonstrations come from train tasks the RL pool does not use
+                task_ids = probe.task_ids("train", limit=config.env.train_tasks + sft.demos)[config.env.train_tasks :]
     else:
         replays = load_replays(Path(sft.source))
         task_ids = list(replays)[sft.demos : sft.demos + sft.heldout_demos] if heldout else list(replays)[: sft.demos]
@@ -201,7 +201,7 @@ async def collect_demonstrations(config: Config, policy: Policy, heldout: bool =
     engine = DemonstrationEngine(policy.tokenizer, policy.end_of_turn_id)
 
     def demo_env() -> _DemonstratedEnv:
-        engine.env = _DemonstratedEnv(make(config.env.name, **config.env.options), factory)
+        engine.env = _DemonstratedEnv(Environment.of(config.env).make(), factory)
         return engine.env
 
     runner = episode_runner(config, engine, policy, replace(episode_settings(config), max_turns=None))
