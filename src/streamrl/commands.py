@@ -176,7 +176,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         engine = make_engine(config.model.engine, policy, seed=config.train.seed, threads=config.model.threads)
         endpoint = Endpoint(engine, policy, policy.tool_format,
                             settings=EndpointSettings(max_new_tokens=config.rollout.max_new_tokens,
-                                                      max_tokens_cap=8 * config.rollout.max_new_tokens,
+                                                      max_tokens_cap=config.agent.max_tokens,
                                                       max_context_tokens=config.rollout.max_context_tokens,
                                                       token=os.environ.get("STREAMRL_ENDPOINT_TOKEN") or None))
         server = await EndpointServer(build_app(endpoint), args.host, args.port).start()

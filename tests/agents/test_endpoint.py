@@ -10,7 +10,7 @@ import json
 import openai
 import pytest
 
-from streamrl.agents import AgentBackend, AgentSettings, Endpoint, EndpointServer, Session, build_app, to_trajectory
+from streamrl.agents import AgentBackend, AgentSettings, Endpoint, EndpointServer, EndpointSettings, Session, build_app, to_trajectory
 from streamrl.agents.protocol import MODEL_NAME
 from streamrl.policy.scripted import CharCodec, ScriptedEngine
 from streamrl.policy.tool_format import resolve_tool_format
@@ -48,7 +48,7 @@ class Served:
             return result
 
         self.engine.generate = remembered
-        self.endpoint = Endpoint(self.engine, codec, resolve_tool_format(codec)[0])
+        self.endpoint = Endpoint(self.engine, codec, resolve_tool_format(codec)[0], settings=EndpointSettings(max_new_tokens=256))
         self.server = EndpointServer(build_app(self.endpoint))
 
     async def __aenter__(self):

@@ -47,6 +47,7 @@ class Served:
     def __init__(self, engine=None, **settings):
         codec = CharCodec()
         self.engine = engine or ScriptedEngine(scripted, codec)
+        settings = {"max_new_tokens": 256, **settings}  # the scripted replies are longer than the default 48
         self.endpoint = Endpoint(self.engine, codec, resolve_tool_format(codec)[0], settings=EndpointSettings(**settings))
         self.server = EndpointServer(build_app(self.endpoint, on_reward=lambda session: None))
 

@@ -55,3 +55,19 @@ def test_an_agent_run_report_names_its_tasks_file(tmp_path, monkeypatch):
     assert index.startswith("# spo++ on pick_tasks.jsonl (tiny)")
     assert "trained tiny on pick_tasks.jsonl for 2 steps" in index
     assert "alfworld" not in index
+
+
+def test_one_reply_cap_for_the_endpoint_and_the_length_normaliser(monkeypatch):
+    """``rollout.max_new_tokens`` is a reply's default length; ``agent.max_tokens`` the most an agent
+    may ask, and what Dr.GRPO's normaliser assumes of an agent's reply (it assumed 8x less)."""
+    from streamrl.training.agent_mode import agent_settings
+    from streamrl.training.assemble import update_config
+
+    monkeypatch.chdir(ROOT)
+    config = load_config(overrides=["agent.function=examples/openai_agent.py:run", "agent.tasks=examples/pick_tasks.jsonl",
+                                    "agent.max_tokens=100", "rollout.max_new_tokens=20"])
+    endpoint = agent_settings(config).endpoint()
+    assert (endpoint.max_new_tokens, endpoint.max_tokens_cap) == (20, 100)
+    assert update_config(config).max_new_tokens == 100 == config.reply_token_cap()
+    environment = load_config(overrides=["rollout.max_new_tokens=20"])
+    assert update_config(environment).max_new_tokens == 20 == environment.reply_token_cap()

@@ -26,7 +26,7 @@ from typing import Any
 
 from streamrl.agents.server import Endpoint, EndpointServer, EndpointSettings, build_app
 from streamrl.agents.sessions import DEFAULT_REWARD_RANGE, Session, to_trajectory
-from streamrl.policy.protocols import InferenceEngine
+from streamrl.policy.protocols import DEFAULT_MAX_NEW_TOKENS, InferenceEngine
 from streamrl.policy.tool_format import ToolFormat, tool_format_of
 from streamrl.rollout.trajectory import DispatchRecord, Trajectory
 
@@ -102,14 +102,16 @@ class AgentSettings:
     #: the sampling every session uses, whatever the agent asks (None: the agent's own)
     temperature: float | None = 1.0
     top_p: float | None = 1.0
-    max_new_tokens: int = 256
+    #: a reply's tokens when the request names none (``rollout.max_new_tokens``) and at most (``agent.max_tokens``)
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    max_tokens: int = 256
     #: prompt + completion at most (None: the engine's own limit)
     max_context_tokens: int | None = None
     reward_range: tuple[float, float] = DEFAULT_REWARD_RANGE
 
     def endpoint(self, token: str | None = None) -> EndpointSettings:
         """The endpoint's settings while training: sessions only (and ``token``'s holder)."""
-        return EndpointSettings(max_new_tokens=self.max_new_tokens, max_tokens_cap=8 * self.max_new_tokens,
+        return EndpointSettings(max_new_tokens=self.max_new_tokens, max_tokens_cap=self.max_tokens,
                                 max_context_tokens=self.max_context_tokens, token=token, anonymous=False)
 
     def session(self, record: DispatchRecord, task: dict[str, Any]) -> Session:

@@ -12,11 +12,15 @@ from typing import Any, Literal, Protocol, runtime_checkable
 FinishReason = Literal["stop", "length", "abort", "error"]
 
 
+#: a reply's most tokens when nothing says otherwise (``rollout.max_new_tokens``' default too)
+DEFAULT_MAX_NEW_TOKENS = 48
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
-    max_new_tokens: int = 64
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     #: generation ends after emitting one of these ids (the id is kept, and trained on)
     stop_token_ids: tuple[int, ...] = ()
     #: generation ends once the decoded text contains one of these strings

@@ -24,7 +24,7 @@ def update_config(config: Config) -> UpdateConfig:
         temperature=rollout.temperature,
         seed=config.train.seed,
         gradient_checkpointing=config.model.gradient_checkpointing,
-        max_new_tokens=rollout.max_new_tokens,
+        max_new_tokens=config.reply_token_cap(),
         # a per-step row holds one response; a full-history row all of an episode's turns
         turns_per_row=1 if rollout.layout == "per_step" else rollout.max_turns,
         train_top_layers=config.model.train_top_layers,

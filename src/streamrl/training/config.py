@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from streamrl.policy.protocols import DEFAULT_MAX_NEW_TOKENS
 from streamrl.training.algo_config import ALGORITHM_TABLE, GroupConfig, PolicyLossConfig, algo_section
 from streamrl.training.algo_config import ALGORITHMS as ALGORITHMS  # re-exported: the CLI's choices
 from streamrl.training.sections import MAX_LR, Float, Section
@@ -139,7 +140,7 @@ class RolloutConfig(Section):
     concurrency: StrictInt = Field(32, ge=1)
     layout: Literal["per_step", "full_history"] = "per_step"
     max_turns: StrictInt | None = Field(None, ge=1)
-    max_new_tokens: StrictInt = Field(48, ge=1)
+    max_new_tokens: StrictInt = Field(DEFAULT_MAX_NEW_TOKENS, ge=1)
     max_context_tokens: StrictInt = Field(2048, ge=16)
     temperature: Float = Field(1.0, gt=0.0)
     top_p: Float = Field(1.0, gt=0.0, le=1.0)
@@ -288,6 +289,10 @@ class AgentConfig(Section):
     #: what the agent's rewards range over (SPO++'s prior and baselines); a reward outside it is refused
     #: (400 over HTTP) and its episode recorded as ``reward_refused``, not trained on
     reward_range: tuple[Float, Float] = (0.0, 1.0)
+    #: the most tokens one reply of the endpoint may have (``max_tokens`` above it: 400); a request
+    #: without ``max_tokens`` gets ``rollout.max_new_tokens``. While training an agent it is the
+    #: reply cap Dr.GRPO's length normaliser assumes (``Config.reply_token_cap``)
+    max_tokens: StrictInt = Field(256, ge=1)
     #: agents in other processes claim the tasks (``streamrl serve --train``) instead of ``function``
     external: StrictBool = False
     #: where the endpoint listens (another host than 127.0.0.1 needs $STREAMRL_ENDPOINT_TOKEN)
@@ -341,6 +346,11 @@ class Config(Section):
     @classmethod
     def _algo_by_name(cls, value: Any) -> Any:
         return algo_section(value)
+
+    def reply_token_cap(self) -> int:
+        """The most tokens one reply can have: ``rollout.max_new_tokens``, or, when an agent writes
+        the requests, the endpoint's cap ``agent.max_tokens``."""
+        return self.agent.max_tokens if self.agent.function or self.agent.external else self.rollout.max_new_tokens
 
     def task_label(self) -> str:
         """What a run is labelled with (report titles, folder names): the agent's tasks file, else the environment."""

@@ -57,8 +57,9 @@ class UpdateConfig:
     #: mini-batch shuffling: seeded by ``seed`` and the step
     seed: int
     gradient_checkpointing: bool
-    #: Dr.GRPO's constant L_norm when ``loss.norm_length`` is null: ``max_new_tokens`` times the
-    #: turns one row can hold (1 per step; None: the batch's longest trajectory)
+    #: Dr.GRPO's constant L_norm when ``loss.norm_length`` is null: the reply cap
+    #: (``Config.reply_token_cap``) times the turns one row can hold (1 per step; None: the batch's
+    #: longest trajectory)
     max_new_tokens: int
     turns_per_row: int | None
     #: ``model.train_top_layers``: only the top blocks train (None: all)
