@@ -161,13 +161,10 @@ def _children(pid: int) -> list[int]:
     return children
 
 
-def test_a_killed_learner_process_stops_the_run_in_one_line_and_the_resume_goes_on(tmp_path):
-    out, steps = tmp_path / "run", 6
-    args = [sys.executable, "-m", "streamrl", "train", "--out", str(out), "--config", "configs/smoke.yaml",
-            f"train.steps={steps}", "train.checkpoint_every=2", "train.eval_at_start=false", "env.eval_tasks=2",
-            "sft.demos=4"]
-    run = subprocess.Popen([*args, "train.learner_processes=2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True)
+def _two_learner_processes_at_step_2(argv: list[str], out: Path) -> tuple[subprocess.Popen, list[int]]:
+    """A run started with two learner processes, once its step-2 checkpoint is written; the pids
+    of the learner processes it spawned."""
+    run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     manifest = out / "checkpoints" / "step_00000002" / "manifest.json"
     deadline = time.monotonic() + 240
     while not manifest.exists():
@@ -176,6 +173,15 @@ def test_a_killed_learner_process_stops_the_run_in_one_line_and_the_resume_goes_
         time.sleep(0.05)
     helpers = [pid for pid in _children(run.pid) if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
     assert helpers, "the second learner process is not a child of the training process"
+    return run, helpers
+
+
+def test_a_killed_learner_process_stops_the_run_in_one_line_and_the_resume_goes_on(tmp_path):
+    out, steps = tmp_path / "run", 6
+    args = [sys.executable, "-m", "streamrl", "train", "--out", str(out), "--config", "configs/smoke.yaml",
+            f"train.steps={steps}", "train.checkpoint_every=2", "train.eval_at_start=false", "env.eval_tasks=2",
+            "sft.demos=4"]
+    run, helpers = _two_learner_processes_at_step_2([*args, "train.learner_processes=2"], out)
     os.kill(helpers[0], signal.SIGKILL)
     output, _ = run.communicate(timeout=120)
     assert run.returncode == 1, output
@@ -194,17 +200,10 @@ def test_a_stopped_learner_process_ends_the_run_in_one_line_within_the_heartbeat
     """SIGSTOP keeps a rank alive and silent: without a heartbeat the trainer waited 30 minutes in
     a collective. Now the watchdog kills it once its heartbeat is older than the bound."""
     out = tmp_path / "run"
-    run = subprocess.Popen([sys.executable, "-m", "streamrl", "train", "--out", str(out), "--config", "configs/smoke.yaml",
-                            "train.steps=400", "train.checkpoint_every=2", "train.eval_at_start=false", "env.eval_tasks=2",
-                            "sft.demos=4", "train.learner_processes=2", "train.learner_heartbeat_s=10"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    manifest = out / "checkpoints" / "step_00000002" / "manifest.json"
-    deadline = time.monotonic() + 240
-    while not manifest.exists():
-        assert run.poll() is None, run.stdout.read()
-        assert time.monotonic() < deadline, "no step-2 checkpoint in time"
-        time.sleep(0.05)
-    helper = next(pid for pid in _children(run.pid) if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes())
+    run, (helper,) = _two_learner_processes_at_step_2(
+        [sys.executable, "-m", "streamrl", "train", "--out", str(out), "--config", "configs/smoke.yaml", "train.steps=400",
+         "train.checkpoint_every=2", "train.eval_at_start=false", "env.eval_tasks=2", "sft.demos=4",
+         "train.learner_processes=2", "train.learner_heartbeat_s=10"], out)
     stopped = time.monotonic()
     os.kill(helper, signal.SIGSTOP)
     output, _ = run.communicate(timeout=120)
