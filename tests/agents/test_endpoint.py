@@ -10,7 +10,16 @@ import json
 import openai
 import pytest
 
-from streamrl.agents import AgentBackend, AgentSettings, Endpoint, EndpointServer, EndpointSettings, Session, build_app, to_trajectory
+from streamrl.agents import (
+    AgentBackend,
+    AgentSettings,
+    Endpoint,
+    EndpointServer,
+    EndpointSettings,
+    Session,
+    build_app,
+    to_trajectory,
+)
 from streamrl.agents.protocol import MODEL_NAME
 from streamrl.policy.scripted import CharCodec, ScriptedEngine
 from streamrl.policy.tool_format import resolve_tool_format

@@ -134,7 +134,10 @@ class HFEngine:
         future: asyncio.Future[GenerationResult] = loop.create_future()
         if request.on_token is not None:  # the decode thread hands each id to the caller's loop
             listener = request.on_token
-            request = dataclasses.replace(request, on_token=lambda token: loop.call_soon_threadsafe(listener, token))
+            def on_loop(token: int) -> None:
+                loop.call_soon_threadsafe(listener, token)
+
+            request = dataclasses.replace(request, on_token=on_loop)
 
         def deliver(result: GenerationResult) -> None:
             try:

@@ -147,9 +147,11 @@ class ScriptedEngine:
         latency = self._latency(request, len(ids)) if callable(self._latency) else self._latency
         if latency > 0:
             await asyncio.sleep(latency)
-        for token in ids if request.on_token is not None else ():
-            request.on_token(token)
-            await asyncio.sleep(0)  # one id at a time, as an engine samples them
+        listener = request.on_token
+        if listener is not None:
+            for token in ids:
+                listener(token)
+                await asyncio.sleep(0)  # one id at a time, as an engine samples them
         rng = random.Random(f"{self._seed}:{request.request_id}")
         return GenerationResult(
             request_id=request.request_id,

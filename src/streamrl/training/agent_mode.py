@@ -26,7 +26,7 @@ def agent_settings(config: Config, temperature: float | None = None) -> Any:
     rollout = config.rollout
     return AgentSettings(timeout_s=config.agent.timeout_s, temperature=rollout.temperature if temperature is None else temperature,
                          top_p=rollout.top_p, max_new_tokens=rollout.max_new_tokens, max_tokens=config.agent.max_tokens,
-                         max_context_tokens=rollout.max_context_tokens, reward_range=tuple(config.agent.reward_range))
+                         max_context_tokens=rollout.max_context_tokens, reward_range=(config.agent.reward_range[0], config.agent.reward_range[1]))
 
 
 def agent_player(config: Config, split: str = "train", temperature: float | None = None) -> Any:
