@@ -17,9 +17,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from streamrl.envs.alfworld_lite.env import AlfworldLiteEnv
+from streamrl.envs.alfworld_lite.env import AlfworldLiteEnv, alfworld_spec
 from streamrl.envs.alfworld_lite.prompts import AlfworldPromptBuilder, alfworld_action_parser
-from streamrl.envs.base import Env, EnvSpec, Step
+from streamrl.envs.base import Env, Step
 from streamrl.envs.registry import register
 
 #: our split names -> AlfredTWEnv's ``train_eval`` values and data folders
@@ -121,14 +121,7 @@ class AlfworldRealEnv(Env):
                 f"to the folder `alfworld-download` filled (it holds json_2.1.1/ and logic/)"
             )
         super().__init__(seed=seed)
-        self.spec = EnvSpec(
-            name="alfworld_real",
-            max_steps=max_steps,
-            action_format="command",
-            reward_range=(0.0, 1.0),
-            splits=dict(NOMINAL_SIZES),
-            eval_split="unseen",
-        )
+        self.spec = alfworld_spec("alfworld_real", max_steps, dict(NOMINAL_SIZES))
         self._config = _config(self.root, max_steps)
         self._games: dict[str, list[str]] = {}
         self._collectors: dict[str, Any] = {}  # split -> AlfredTWEnv (it scans the data once)

@@ -23,6 +23,11 @@ from streamrl.envs.base import Env, EnvSpec, Step
 from streamrl.envs.tools import tool
 
 
+def alfworld_spec(name: str, max_steps: int, splits: dict[str, int]) -> EnvSpec:
+    """What the ALFWorld household environments (this one and ``alfworld_real``) say of themselves."""
+    return EnvSpec(name=name, max_steps=max_steps, action_format="command", reward_range=(0.0, 1.0), splits=splits,
+                   eval_split="unseen")
+
 class AlfworldLiteEnv(Env):
     """An ALFWorld-compatible text household (see ``streamrl.envs.alfworld_lite``).
 
@@ -70,14 +75,7 @@ class AlfworldLiteEnv(Env):
         self.grammar = grammar
         self.include_expert_plan = expert_plan
         super().__init__(seed=seed)
-        self.spec = EnvSpec(
-            name="alfworld_lite",
-            max_steps=max_steps,
-            action_format="command",
-            reward_range=(0.0, 1.0),
-            splits=dict(SPLITS),
-            eval_split="unseen",
-        )
+        self.spec = alfworld_spec("alfworld_lite", max_steps, dict(SPLITS))
         self._episode: Episode | None = None
 
     # -- the Env hooks ---------------------------------------------------------------------------
