@@ -23,7 +23,7 @@ from streamrl.envs.base import Env, EnvSpec, Step
 from streamrl.envs.tools import tool
 
 
-def alfworld_spec(name: str, max_steps: int, splits: dict[str, int]) -> EnvSpec:
+def alfworld_spec(name: str, max_steps: int, splits: dict[str, int | None]) -> EnvSpec:
     """What the ALFWorld household environments (this one and ``alfworld_real``) say of themselves."""
     return EnvSpec(name=name, max_steps=max_steps, action_format="command", reward_range=(0.0, 1.0), splits=splits,
                    eval_split="unseen")
