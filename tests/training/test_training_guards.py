@@ -84,6 +84,31 @@ def test_runs_that_cannot_fit_in_memory_are_refused_before_allocating(tmp_path, 
     assert time.monotonic() - started < 30 and not (tmp_path / "run").exists()
 
 
+def test_the_memory_budget_sizes_the_engines_kv_and_refuses_what_does_not_fit(tmp_path, capsys):
+    """``model.memory_gb``: the engine's kept KV within a quarter of it (SmolLM2: 46,080 bytes a
+    token), a model that needs more refused in one line before anything starts, and a budget above
+    what the machine has refused too."""
+    from streamrl.training.config_files import load_config
+    from streamrl.training.resources import GIB, KV_SHARE, engine_prefix_tokens, kv_bytes_per_token
+
+    model = "model.overrides={num_hidden_layers: 4, num_key_value_heads: 2}"
+    config = load_config("configs/smoke.yaml", [model])
+    per_token = kv_bytes_per_token(config)
+    deeper = kv_bytes_per_token(load_config("configs/smoke.yaml", ["model.overrides={num_hidden_layers: 8, num_key_value_heads: 2}"]))
+    assert per_token and deeper == 2 * per_token  # keys and values of every layer
+    roomy = engine_prefix_tokens(config)
+    assert roomy == max(config.rollout.concurrency, config.eval.concurrency or 0) * config.rollout.max_context_tokens
+    tight_gb = 4 * roomy * per_token / GIB / 8  # room for an eighth of it
+    tight = engine_prefix_tokens(load_config("configs/smoke.yaml", [model, f"model.memory_gb={tight_gb}"]))
+    assert config.rollout.max_context_tokens <= tight < roomy and tight * per_token <= KV_SHARE * tight_gb * GIB + per_token
+    argv = ["train", "--config", "configs/smoke.yaml", "--out", str(tmp_path / "run")]
+    assert cli.main([*argv, "model.overrides={hidden_size: 4096, intermediate_size: 8192}", "model.memory_gb=0.05"]) == 2
+    assert "error: model.overrides: the model has" in capsys.readouterr().err
+    assert cli.main([*argv, "model.memory_gb=100000"]) == 2
+    assert "model.memory_gb: 100000 GiB asked, but" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_memory_estimates_scale_with_the_config(coin_config):
     from streamrl.training.resources import batch_bytes, check_resources, parameter_count
 

@@ -54,8 +54,7 @@ def gguf_path() -> Path:
 def converted_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """The safetensors folder for SmolLM2, converting the GGUF on first use."""
     source = gguf_path()
-    # the source size is part of the name, so a different wheel build gets its own conversion
-    target = cache_root(cache_dir) / "models" / f"smollm2-135m-instruct-{source.stat().st_size}"
+    target = _target(source, cache_dir)
     if (target / COMPLETE_MARKER).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -74,6 +73,20 @@ def converted_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def converted_if_ready(cache_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """The converted folder when a conversion is complete, else None (nothing is converted)."""
+    try:
+        target = _target(gguf_path(), cache_dir)
+    except Exception:  # the wheel is not installed: the loader says so when it is needed
+        return None
+    return target if (target / COMPLETE_MARKER).is_file() else None
+
+
+def _target(source: Path, cache_dir: str | os.PathLike[str] | None) -> Path:
+    # the source size is part of the name, so a different wheel build gets its own conversion
+    return cache_root(cache_dir) / "models" / f"smollm2-135m-instruct-{source.stat().st_size}"
 
 
 def _convert(source: Path, out: Path) -> None:

@@ -64,6 +64,9 @@ class ModelConfig(Section):
     #: recompute activations in the backward pass (policy and PPO's critic): far less training
     #: memory for about one more forward pass of learner time
     gradient_checkpointing: StrictBool = False
+    #: the run's memory budget in GiB (null: the RAM available at start): the engine's kept KV is
+    #: sized within it, and a run whose estimates exceed it is refused before it starts
+    memory_gb: Float | None = Field(None, gt=0.0)
     #: the generation engine: "hf" (transformers, CPU or GPU) or "vllm" (GPU; the ``vllm`` extra)
     engine: Literal["hf", "vllm"] = "hf"
     #: the engine's copy of the weights: "same" as the policy, "bfloat16", or "int8" (every projection

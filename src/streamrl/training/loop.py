@@ -34,7 +34,7 @@ from streamrl.training.evaluate import episode_runner, episode_settings, evaluat
 from streamrl.training.learner import Learner
 from streamrl.training.progress import Progress, StallWatch
 from streamrl.training.report import write_report
-from streamrl.training.resources import check_resources, engine_prefix_tokens
+from streamrl.training.resources import check_resources, engine_prefix_tokens, memory_line
 from streamrl.training.run import RunState, Workspace, load_run_policy, model_line, model_record
 from streamrl.training.samples import mixed_selection
 from streamrl.training.sft import behaviour_cloning, demonstrations_and_heldout
@@ -70,6 +70,7 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
     policy.limit_training(top_layers=config.model.train_top_layers)  # so the first line counts what trains
     model = model_record(config, policy)
     echo(model_line(model))
+    echo(memory_line(config))
     if config.env.tools:  # the format auto picked, and why
         echo(policy.tool_format_reason)
     logger = ws.logger(state)

@@ -20,12 +20,14 @@ GIB = 1 << 30
 BYTES_PER_TOKEN = 64
 #: one task of the training pool: its id, the prompt source's weights and per-prompt memory
 BYTES_PER_TASK = 512
+#: the share of the memory budget the engine's kept KV may take (the rest: weights, learner, batches)
+KV_SHARE = 0.25
 
 
 def check_resources(config: Config, available: int | None = None) -> None:
     """Raise ``ConfigError`` naming the field when an estimate exceeds ``available`` bytes
     (default: the memory available now on the model's device, and in RAM)."""
-    ram = available if available is not None else available_ram()
+    ram = available if available is not None else memory_budget(config)
     model_memory = available if available is not None else device_memory(config.model.device) or ram
     params = parameter_count(config)
     if params is not None:
@@ -89,9 +91,47 @@ def tokens_per_trajectory(config: Config) -> int:
 def engine_prefix_tokens(config: Config) -> int:
     """Tokens whose KV the engine keeps for the prompts that extend them: one full context for each
     episode played at once (its next turn's prompt extends it), and no more (the engine's fixed
-    default held 65,536, 3 GB of SmolLM2's KV in float32, whatever the run played)."""
+    default held 65,536, 3 GB of SmolLM2's KV in float32, whatever the run played); within
+    ``KV_SHARE`` of the memory budget when the model's KV size is known."""
     concurrency = max(config.rollout.concurrency, config.eval.concurrency or 0)
-    return concurrency * config.rollout.max_context_tokens
+    tokens = concurrency * config.rollout.max_context_tokens
+    per_token = kv_bytes_per_token(config)
+    if per_token:
+        tokens = min(tokens, int(KV_SHARE * memory_budget(config) / per_token))
+    return max(tokens, config.rollout.max_context_tokens)  # one context at least, or nothing is reused
+
+
+def kv_bytes_per_token(config: Config) -> int | None:
+    """Bytes of keys and values one token holds in the engine (float32; None: the model is unknown).
+    The architecture is the spec's (``init_from`` brings weights, or an adapter, for the same one)."""
+    spec_only = config.model_copy(update={"model": config.model.model_copy(update={"init_from": None})})
+    model = _model_config(spec_only)
+    if model is None:
+        return None
+    heads = model.num_attention_heads
+    head_dim = getattr(model, "head_dim", None) or model.hidden_size // heads
+    return 2 * model.num_hidden_layers * (getattr(model, "num_key_value_heads", None) or heads) * head_dim * 4
+
+
+def memory_line(config: Config) -> str:
+    """One line for a run's start: the budget, and the engine's kept KV within it."""
+    budget = memory_budget(config)
+    source = f"model.memory_gb={config.model.memory_gb:g}" if config.model.memory_gb is not None else "the RAM available"
+    tokens, per_token = engine_prefix_tokens(config), kv_bytes_per_token(config)
+    kept = f" ({tokens * per_token / GIB:.2f} GiB)" if per_token else ""
+    return f"memory: budget {budget / GIB:.1f} GiB ({source}); the engine keeps the KV of up to {tokens:,} tokens{kept}"
+
+
+def memory_budget(config: Config) -> int:
+    """The run's memory in bytes: ``model.memory_gb``, else the RAM available now. A budget above
+    what is available is refused (``ConfigError`` naming the field)."""
+    available = available_ram()
+    if config.model.memory_gb is None:
+        return available
+    budget = int(config.model.memory_gb * GIB)
+    if budget > available:
+        raise ConfigError(f"model.memory_gb: {config.model.memory_gb:g} GiB asked, but {available / GIB:,.1f} GiB is available")
+    return budget
 
 
 def batch_bytes(config: Config) -> int:
@@ -143,6 +183,10 @@ def _model_config(config: Config) -> Any:
         overrides = {**tiny.parse_overrides(inline), **model.overrides}
         return LlamaConfig(**tiny.tiny_config_dict(overrides, tiny.load_tiny_tokenizer()))
     folder = Path(spec).expanduser()
+    if model.init_from is None and spec == "smollm2-135m":
+        from streamrl.policy import smollm2
+
+        folder = smollm2.converted_if_ready() or folder  # not converted yet: unknown until it is
     if not (folder / "config.json").is_file():
         return None
     try:
