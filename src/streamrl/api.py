@@ -67,7 +67,7 @@ def evaluate(config: ConfigLike = "default", model: str | Path | None = None, *,
                              threads=config.model.threads or os.cpu_count() or 1,
                              prefix_cache_tokens=engine_prefix_tokens(config))
         try:
-            return await evaluate_policy(config, engine, policy)
+            return await evaluate_policy(config, engine, policy, progress=lambda line: print(line, file=sys.stderr, flush=True))
         finally:
             await engine.close()
 

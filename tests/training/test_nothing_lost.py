@@ -295,3 +295,18 @@ def test_a_full_disk_while_logging_checkpoints_the_step_and_stops_in_one_line(tm
     monkeypatch.setattr(events.JsonLines, "append", real_append)
     assert cli.main(["train", "--out", str(out), "--resume"]) == 0
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl", "train")] == [1, 2, 4, 5]
+
+
+def test_a_long_evaluation_tells_its_progress():
+    from streamrl.rollout.trajectory import DispatchRecord, Trajectory
+    from streamrl.training.evaluate import EvalProgress
+
+    lines: list[str] = []
+    progress = EvalProgress("eval-v0", 4, lines.append, every_s=0.0)
+    for n in range(4):
+        trajectory = Trajectory(dispatch=DispatchRecord(request_id=f"e{n}", prompt_id=f"p{n}", seq=n, policy_version=0),
+                                layout="full_history")
+        trajectory.won = n % 2 == 0
+        progress(trajectory)
+    assert lines[0].startswith("eval-v0: 1/4 episodes, 1 won, about") and lines[-1].startswith("eval-v0: 3/4 episodes, 2 won")
+    assert len(lines) == 3  # the last episode is the result line's to tell

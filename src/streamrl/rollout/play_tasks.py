@@ -21,8 +21,10 @@ async def run_episodes(
     seed: int = 0,
     request_prefix: str = "eval",
     shutdown_timeout_s: float = 5.0,
+    on_done: Callable[[Trajectory], None] | None = None,
 ) -> list[Trajectory]:
-    """One episode per task id, at most ``concurrency`` at a time; results in ``prompt_ids`` order.
+    """One episode per task id, at most ``concurrency`` at a time; results in ``prompt_ids`` order
+    (``on_done`` hears each as it ends: a long evaluation tells its progress).
 
     Faults end single episodes (see ``EpisodeRunner``); environments and threads are closed on
     return, also when the caller is cancelled.
@@ -42,7 +44,10 @@ async def run_episodes(
                 env_seed=env_seed(seed, index),
                 dispatched_at=time.time(),
             )
-            return await runner.run_leased(envs, record)
+            trajectory = await runner.run_leased(envs, record)
+            if on_done is not None:
+                on_done(trajectory)
+            return trajectory
 
     tasks = [asyncio.ensure_future(one(index, prompt_id)) for index, prompt_id in enumerate(prompt_ids)]
     try:

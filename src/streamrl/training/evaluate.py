@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -121,7 +123,27 @@ def eval_task_ids(config: Config) -> tuple[str, list[str]]:
         return split, env.task_ids(split, limit=config.env.eval_tasks)
 
 
-async def evaluate(config: Config, engine: InferenceEngine, codec: Any, tag: str = "eval") -> EvalResult:
+class EvalProgress:
+    """Every ``every_s`` seconds, one line: the episodes played of ``total``, the wins, the time left."""
+
+    def __init__(self, tag: str, total: int, echo: Callable[[str], None], every_s: float = 10.0):
+        self.tag, self.total, self.echo, self.every_s = tag, total, echo, every_s
+        self.done = self.won = 0
+        self.began = self.told = time.monotonic()
+
+    def __call__(self, trajectory: Trajectory) -> None:
+        self.done += 1
+        self.won += bool(trajectory.won)
+        now = time.monotonic()
+        if now - self.told >= self.every_s and self.done < self.total:
+            self.told = now
+            left = (now - self.began) / self.done * (self.total - self.done)
+            self.echo(f"{self.tag}: {self.done}/{self.total} episodes, {self.won} won, about {left:.0f} s left")
+
+
+async def evaluate(config: Config, engine: InferenceEngine, codec: Any, tag: str = "eval",
+                   progress: Callable[[str], None] | None = None) -> EvalResult:
+    """Play the held-out tasks once each; ``progress`` hears a line every 10 s of a long one."""
     temperature = 0.0 if config.eval.greedy else config.eval.temperature
     if config.agent.function:  # the agent's held-out tasks, played through the endpoint
         split = eval_split(config)
@@ -137,5 +159,6 @@ async def evaluate(config: Config, engine: InferenceEngine, codec: Any, tag: str
         concurrency=config.eval.concurrency or config.rollout.concurrency,
         seed=config.train.seed,
         request_prefix=tag,
+        on_done=EvalProgress(tag, len(task_ids), progress) if progress is not None else None,
     )
     return summarise(trajectories, split, engine.version)

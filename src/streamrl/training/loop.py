@@ -114,7 +114,7 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
             echo(note)
 
     async def evaluate_and_log(tag: str) -> dict[str, Any]:
-        result = await evaluate(config, engine, policy, tag=tag)
+        result = await evaluate(config, engine, policy, tag=tag, progress=echo)
         if result.crash_note():
             echo(f"{tag}: {result.crash_note()}")
         samples.write(result.trajectories, kind="eval", step=run.step, tag=tag)
