@@ -10,8 +10,9 @@ Admissibility is never checked here: the environment answers inadmissible comman
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
-from streamrl.envs.base import ActionParser, ParsedAction
+from streamrl.envs.base import ActionParser, ParsedAction, PromptBuilder
 
 # CJK ideographs (and extension A, compatibility ideographs), kana and hangul syllables.
 _CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
@@ -93,3 +94,22 @@ def prompt_instruction(
         return f"Think inside <think></think>, then {tool_request}." if require_think else f"{tool_request.capitalize()}."
     think, action = verl if style == "verl" else (COMPACT_THINK_INSTRUCTION, COMPACT_ACTION_INSTRUCTION)
     return think if require_think else action
+
+
+@dataclass(eq=False)
+class InstructedPromptBuilder(PromptBuilder):
+    """The options every verl-style/compact prompt builder takes, in one signature (the one
+    ``env.prompt`` options are checked against); a builder adds its own fields and, in its
+    ``__post_init__``, settles the text its prompts end with (``_instruct``)."""
+
+    style: str = "verl"
+    history_length: int = 2
+    require_think: bool = True
+    #: the instruction the prompts end with (None: the style's, ``instruction_text``)
+    instruction: str | None = None
+    tools: bool = False
+    instruction_text: str = field(default="", init=False)
+
+    def _instruct(self, env: str, verl: tuple[str, str], tool_request: str) -> None:
+        self.instruction_text = prompt_instruction(env, self.style, self.history_length, self.require_think, self.instruction,
+                                                   verl, tool_request if self.tools else None)

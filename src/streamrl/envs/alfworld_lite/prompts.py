@@ -24,11 +24,12 @@ where the agent has searched.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from streamrl.envs.alfworld_lite.text import TASK_PREFIX, WELCOME
-from streamrl.envs.base import History, Messages, PromptBuilder
-from streamrl.envs.common import ThinkActionParser, prompt_instruction
+from streamrl.envs.base import History, Messages
+from streamrl.envs.common import InstructedPromptBuilder, ThinkActionParser
 
 EXPERT_SENTENCE = "You are an expert agent operating in the ALFRED Embodied Environment."
 THINK_INSTRUCTION = (
@@ -70,39 +71,27 @@ def _admissible(info: dict[str, Any]) -> list[str]:
     return [action for action in info.get("admissible_actions") or [] if action != "help"]
 
 
-class AlfworldPromptBuilder(PromptBuilder):
-    def __init__(
-        self,
-        style: str = "verl",
-        history_length: int = 2,
-        require_think: bool = True,
-        instruction: str | None = None,
-        admissible: str = "every",
-        visited: bool = False,
-        tools: bool = False,
-    ):
-        if admissible not in ("every", "first"):
-            raise ValueError(f"alfworld prompt builder: admissible must be 'every' or 'first', got {admissible!r}")
-        self.instruction = prompt_instruction(
-            "alfworld", style, history_length, require_think, instruction, (THINK_INSTRUCTION, ACTION_INSTRUCTION),
-            "call execute with one admissible command" if tools else None,
-        )
-        self.style = style
-        self.admissible = admissible
-        self.visited = visited
-        self.history_length = history_length
+@dataclass(eq=False)
+class AlfworldPromptBuilder(InstructedPromptBuilder):
+    admissible: str = "every"
+    visited: bool = False
+
+    def __post_init__(self) -> None:
+        if self.admissible not in ("every", "first"):
+            raise ValueError(f"alfworld prompt builder: admissible must be 'every' or 'first', got {self.admissible!r}")
+        self._instruct("alfworld", (THINK_INSTRUCTION, ACTION_INSTRUCTION), "call execute with one admissible command")
 
     # -- full-history transcripts ----------------------------------------------------------------
 
     def system_prompt(self) -> str | None:
         if self.style == "verl":
-            return f"{EXPERT_SENTENCE}\n{self.instruction}"
+            return f"{EXPERT_SENTENCE}\n{self.instruction_text}"
         return None
 
     def first_message(self, observation: str, info: dict[str, Any]) -> str:
         if self.style == "verl":
             return f"Your current observation is: {observation}\n{self._verl_admissible(info)}"
-        return f"Task: {task_of(observation)}\n{self._compact_admissible(info)}\n{self.instruction}"
+        return f"Task: {task_of(observation)}\n{self._compact_admissible(info)}\n{self.instruction_text}"
 
     def next_message(self, observation: str, info: dict[str, Any]) -> str:
         if self.style == "verl":
@@ -127,7 +116,7 @@ class AlfworldPromptBuilder(PromptBuilder):
         if not history:
             return (
                 f"{EXPERT_SENTENCE}\nYour current observation is: {observation}\n{admissible}\n\n"
-                f"Now it's your turn to take an action.\n{self.instruction}"
+                f"Now it's your turn to take an action.\n{self.instruction_text}"
             )
         taken = len(history)
         shown = min(self.history_length, taken)
@@ -140,7 +129,7 @@ class AlfworldPromptBuilder(PromptBuilder):
             f"{EXPERT_SENTENCE} Your task is to: {task_of(initial)}\n"
             f"Prior to this step, you have already taken {taken} step(s).{recent}" + "\n".join(lines) + "\n"
             f"You are now at step {taken + 1} and your current observation is: {observation}\n{admissible}\n\n"
-            f"Now it's your turn to take an action.\n{self.instruction}"
+            f"Now it's your turn to take an action.\n{self.instruction_text}"
         )
 
     def _compact_step(
@@ -158,7 +147,7 @@ class AlfworldPromptBuilder(PromptBuilder):
                 lines.append(observation)
         if self.visited and history:
             lines.append("Visited: " + (", ".join(_visited(history)) or "nothing"))
-        lines += [self._compact_admissible(info), self.instruction]
+        lines += [self._compact_admissible(info), self.instruction_text]
         return "\n".join(lines)
 
     @staticmethod

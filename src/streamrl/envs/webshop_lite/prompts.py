@@ -23,10 +23,11 @@ The parser is verl-agent's ``<think>``/``<action>`` projection with WebShop's 20
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
-from streamrl.envs.base import History, Messages, PromptBuilder
-from streamrl.envs.common import ThinkActionParser, prompt_instruction
+from streamrl.envs.base import History, Messages
+from streamrl.envs.common import InstructedPromptBuilder, ThinkActionParser
 from streamrl.envs.webshop_lite.text import shown_results
 
 SEP = " [SEP] "
@@ -70,25 +71,14 @@ def _task(initial: str, info: dict[str, Any]) -> str:
     return info.get("instruction") or instruction_of(initial)
 
 
-class WebshopPromptBuilder(PromptBuilder):
-    def __init__(
-        self,
-        style: str = "verl",
-        history_length: int = 2,
-        require_think: bool = True,
-        instruction: str | None = None,
-        number_results: bool = False,
-        tools: bool = False,
-    ):
-        self.instruction = prompt_instruction(
-            "webshop", style, history_length, require_think, instruction, (THINK_INSTRUCTION, ACTION_INSTRUCTION),
-            "call search or click with one admissible action" if tools else None,
-        )
-        if number_results and style != "compact":
+@dataclass(eq=False)
+class WebshopPromptBuilder(InstructedPromptBuilder):
+    number_results: bool = False
+
+    def __post_init__(self) -> None:
+        self._instruct("webshop", (THINK_INSTRUCTION, ACTION_INSTRUCTION), "call search or click with one admissible action")
+        if self.number_results and self.style != "compact":
             raise ValueError("webshop prompt builder: number_results needs style 'compact' (verl-agent's lists ASINs)")
-        self.style = style
-        self.history_length = history_length
-        self.number_results = number_results
 
     def shown_action(self, action: str, observation: str, info: dict[str, Any]) -> str:
         return self._result_numbers(info).get(action, action)
@@ -102,13 +92,13 @@ class WebshopPromptBuilder(PromptBuilder):
     # -- full-history transcripts ----------------------------------------------------------------
 
     def system_prompt(self) -> str | None:
-        return f"{EXPERT_SENTENCE}\n{self.instruction}" if self.style == "verl" else None
+        return f"{EXPERT_SENTENCE}\n{self.instruction_text}" if self.style == "verl" else None
 
     def first_message(self, observation: str, info: dict[str, Any]) -> str:
         if self.style == "verl":
             return (f"Your task is to: {_task(observation, info)}.\n"
                     f"Your current observation is: {self._quoted(observation)}.\n{self._verl_actions(info)}")
-        return f"Task: {_task(observation, info)}\n{self._compact_page(observation, info)}\n{self.instruction}"
+        return f"Task: {_task(observation, info)}\n{self._compact_page(observation, info)}\n{self.instruction_text}"
 
     def next_message(self, observation: str, info: dict[str, Any]) -> str:
         if self.style == "verl":
@@ -128,7 +118,7 @@ class WebshopPromptBuilder(PromptBuilder):
     def _verl_no_history(self, task: str, observation: str, info: dict[str, Any]) -> str:
         return (
             f"{EXPERT_SENTENCE}\nYour task is to: {task}.\nYour current observation is: {self._quoted(observation)}.\n"
-            f"{self._verl_actions(info)}\n\nNow it's your turn to take one action for the current step.\n{self.instruction}"
+            f"{self._verl_actions(info)}\n\nNow it's your turn to take one action for the current step.\n{self.instruction_text}"
         )
 
     def _verl_step(self, task: str, history: History, observation: str, info: dict[str, Any]) -> str:
@@ -144,14 +134,14 @@ class WebshopPromptBuilder(PromptBuilder):
             f"{EXPERT_SENTENCE}\nYour task is to: {task}.\nPrior to this step, you have already taken {taken} step(s). "
             f"Below are the most recent {shown} observations and the corresponding actions you took: " + " ".join(lines)
             + f"\nYou are now at step {taken + 1} and your current observation is: {self._quoted(observation)}.\n"
-            f"{self._verl_actions(info)}\n\nNow it's your turn to take one action for the current step.\n{self.instruction}"
+            f"{self._verl_actions(info)}\n\nNow it's your turn to take one action for the current step.\n{self.instruction_text}"
         )
         return prompt if len(prompt) <= MAX_PROMPT_CHARS else self._verl_no_history(task, observation, info)
 
     def _compact_step(self, task: str, history: History, observation: str, info: dict[str, Any]) -> str:
         lines = [f"Task: {task}"]
         lines += [f"> {action}" for _, action in history[max(0, len(history) - self.history_length):]]
-        lines += [self._compact_page(observation, info), self.instruction]
+        lines += [self._compact_page(observation, info), self.instruction_text]
         return "\n".join(lines)
 
     @staticmethod
