@@ -26,7 +26,7 @@ from typing import Any
 
 from streamrl.agents.server import Endpoint, EndpointServer, EndpointSettings, build_app
 from streamrl.agents.sessions import DEFAULT_REWARD_RANGE, Session, to_trajectory
-from streamrl.policy.protocols import DEFAULT_MAX_NEW_TOKENS, InferenceEngine
+from streamrl.policy.protocols import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MAX_TOKENS_CAP, InferenceEngine
 from streamrl.policy.tool_format import ToolFormat, tool_format_of
 from streamrl.rollout.trajectory import DispatchRecord, Trajectory
 
@@ -104,7 +104,7 @@ class AgentSettings:
     top_p: float | None = 1.0
     #: a reply's tokens when the request names none (``rollout.max_new_tokens``) and at most (``agent.max_tokens``)
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
-    max_tokens: int = 256
+    max_tokens: int = DEFAULT_MAX_TOKENS_CAP
     #: prompt + completion at most (None: the engine's own limit)
     max_context_tokens: int | None = None
     reward_range: tuple[float, float] = DEFAULT_REWARD_RANGE

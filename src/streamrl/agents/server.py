@@ -50,7 +50,13 @@ from streamrl.agents.protocol import (
     template_messages,
 )
 from streamrl.agents.sessions import Call, Session, SessionStore, request_key, same_reply
-from streamrl.policy.protocols import DEFAULT_MAX_NEW_TOKENS, GenerationRequest, InferenceEngine, SamplingParams
+from streamrl.policy.protocols import (
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_MAX_TOKENS_CAP,
+    GenerationRequest,
+    InferenceEngine,
+    SamplingParams,
+)
 from streamrl.policy.tool_format import ToolFormat
 
 
@@ -59,7 +65,7 @@ class EndpointSettings:
     #: a reply's tokens when the request gives no ``max_tokens`` (``rollout.max_new_tokens``)
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     #: the most tokens a request may ask for (``agent.max_tokens``; above it: 400)
-    max_tokens_cap: int = 256
+    max_tokens_cap: int = DEFAULT_MAX_TOKENS_CAP
     #: prompt + completion at most (a longer prompt: 400 ``context_length_exceeded``); None: the engine's
     max_context_tokens: int | None = None
     max_request_bytes: int = 1 << 20

@@ -14,6 +14,8 @@ FinishReason = Literal["stop", "length", "abort", "error"]
 
 #: a reply's most tokens when nothing says otherwise (``rollout.max_new_tokens``' default too)
 DEFAULT_MAX_NEW_TOKENS = 48
+#: the most tokens a client of the agent endpoint may ask for (``agent.max_tokens``' default)
+DEFAULT_MAX_TOKENS_CAP = 256
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from streamrl.policy.protocols import DEFAULT_MAX_NEW_TOKENS
+from streamrl.policy.protocols import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MAX_TOKENS_CAP
 from streamrl.training.algo_config import ALGORITHM_TABLE, GroupConfig, PolicyLossConfig, algo_section
 from streamrl.training.algo_config import ALGORITHMS as ALGORITHMS  # re-exported: the CLI's choices
 from streamrl.training.sections import MAX_LR, Float, Section
@@ -295,7 +295,7 @@ class AgentConfig(Section):
     #: the most tokens one reply of the endpoint may have (``max_tokens`` above it: 400); a request
     #: without ``max_tokens`` gets ``rollout.max_new_tokens``. While training an agent it is the
     #: reply cap Dr.GRPO's length normaliser assumes (``Config.reply_token_cap``)
-    max_tokens: StrictInt = Field(256, ge=1)
+    max_tokens: StrictInt = Field(DEFAULT_MAX_TOKENS_CAP, ge=1)
     #: agents in other processes claim the tasks (``streamrl serve --train``) instead of ``function``
     external: StrictBool = False
     #: where the endpoint listens (another host than 127.0.0.1 needs $STREAMRL_ENDPOINT_TOKEN)

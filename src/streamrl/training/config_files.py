@@ -264,9 +264,9 @@ def read_yaml(path: Path, what: str) -> Any:
             document = yaml.safe_load(handle) or {}
         expanded_nodes(document, MAX_CONFIG_NODES)
         return document
-    except ValueError as error:  # UnicodeDecodeError is one too: told apart below
-        if isinstance(error, UnicodeDecodeError):
-            raise ConfigError(f"{what} {path} is not a text (YAML) file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what} {path} is not a text (YAML) file") from None
+    except ValueError as error:  # expanded_nodes: too many nodes, a recursive alias
         raise ConfigError(f"{what} {path}: {error}") from None
     except OSError as error:
         raise ConfigError(f"{what} {path}: cannot be read ({error.strerror or error})") from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -17,6 +16,7 @@ from streamrl.rollout.trajectory import format_problem_shares, turn_stats
 from streamrl.training.agent_mode import agent_tasks, eval_split, play_agent
 from streamrl.training.config import Config
 from streamrl.training.environment import Environment
+from streamrl.training.progress import TimedLines
 
 
 @dataclass
@@ -124,21 +124,18 @@ def eval_task_ids(config: Config) -> tuple[str, list[str]]:
 
 
 class EvalProgress:
-    """Every ``every_s`` seconds, one line: the episodes played of ``total``, the wins, the time left."""
+    """Every ``every_s`` seconds, one line: the episodes played of ``total``, the wins, the time left
+    (the last episode is the result line's to tell)."""
 
     def __init__(self, tag: str, total: int, echo: Callable[[str], None], every_s: float = 10.0):
-        self.tag, self.total, self.echo, self.every_s = tag, total, echo, every_s
+        self.tag, self.lines = tag, TimedLines(total, echo, every_s)
         self.done = self.won = 0
-        self.began = self.told = time.monotonic()
 
     def __call__(self, trajectory: Trajectory) -> None:
         self.done += 1
         self.won += bool(trajectory.won)
-        now = time.monotonic()
-        if now - self.told >= self.every_s and self.done < self.total:
-            self.told = now
-            left = (now - self.began) / self.done * (self.total - self.done)
-            self.echo(f"{self.tag}: {self.done}/{self.total} episodes, {self.won} won, about {left:.0f} s left")
+        if self.done < self.lines.total:
+            self.lines.tell(self.done, f"{self.tag}: {self.done}/{self.lines.total} episodes, {self.won} won")
 
 
 async def evaluate(config: Config, engine: InferenceEngine, codec: Any, tag: str = "eval",

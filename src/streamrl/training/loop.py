@@ -70,7 +70,8 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
     policy.limit_training(top_layers=config.model.train_top_layers)  # so the first line counts what trains
     model = model_record(config, policy)
     echo(model_line(model))
-    echo(memory_line(config))
+    prefix_tokens = engine_prefix_tokens(config)  # sized once: the line says what the engine gets
+    echo(memory_line(config, prefix_tokens))
     if config.env.tools:  # the format auto picked, and why
         echo(policy.tool_format_reason)
     logger = ws.logger(state)
@@ -101,7 +102,7 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
     engine = make_engine(config.model.engine, policy, version=run.version, seed=config.train.seed,
                          threads=learner_threads + engine_threads,
                          rollout_dtype=config.model.rollout_dtype, capture_layer=capture,
-                         prefix_cache_tokens=engine_prefix_tokens(config))
+                         prefix_cache_tokens=prefix_tokens)
     if capture is not None:  # said once: what the learner's forward pass costs
         refusal = block_inputs_refusal(engine, config.model.engine, config.model.rollout_dtype)
         echo(f"learner: runs blocks {capture}+ only, from the engine's inputs of block {capture}"

@@ -1,4 +1,5 @@
-"""What a user sees while training: a rich progress bar on a terminal, periodic lines otherwise."""
+"""What a user sees while training: a rich progress bar on a terminal, periodic lines otherwise;
+and a line every few seconds of a long phase (``TimedLines``: SFT, an evaluation)."""
 
 from __future__ import annotations
 
@@ -88,3 +89,20 @@ class StallWatch:
         elif self.failing >= self.steps:
             self.warning = f"{span}: no episode succeeded, so there is no success to learn from; {self.FIX}"
         return self.warning
+
+
+class TimedLines:
+    """A long phase's progress: at most one line every ``every_s`` seconds, each ending with the
+    time left at the pace so far."""
+
+    def __init__(self, total: int, echo: Callable[[str], None], every_s: float = 10.0):
+        self.total, self.echo, self.every_s = total, echo, every_s
+        self.began = self.told = time.monotonic()
+
+    def tell(self, done: int, what: str) -> None:
+        """Say ``what`` (of ``done`` of ``total``) if a line is due."""
+        now = time.monotonic()
+        if now - self.told < self.every_s:
+            return
+        self.told = now
+        self.echo(f"{what}, about {(now - self.began) / done * (self.total - done):.0f} s left")

@@ -113,11 +113,12 @@ def kv_bytes_per_token(config: Config) -> int | None:
     return 2 * model.num_hidden_layers * (getattr(model, "num_key_value_heads", None) or heads) * head_dim * 4
 
 
-def memory_line(config: Config) -> str:
-    """One line for a run's start: the budget, and the engine's kept KV within it."""
+def memory_line(config: Config, tokens: int) -> str:
+    """One line for a run's start: the budget, and the engine's kept KV within it (``tokens``:
+    ``engine_prefix_tokens``, the number the engine is given)."""
     budget = memory_budget(config)
     source = f"model.memory_gb={config.model.memory_gb:g}" if config.model.memory_gb is not None else "the RAM available"
-    tokens, per_token = engine_prefix_tokens(config), kv_bytes_per_token(config)
+    per_token = kv_bytes_per_token(config)
     kept = f" ({tokens * per_token / GIB:.2f} GiB)" if per_token else ""
     return f"memory: budget {budget / GIB:.1f} GiB ({source}); the engine keeps the KV of up to {tokens:,} tokens{kept}"
 

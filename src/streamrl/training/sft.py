@@ -35,6 +35,7 @@ from streamrl.training.config import Config
 from streamrl.training.environment import Environment
 from streamrl.training.evaluate import episode_runner, episode_settings
 from streamrl.training.optim import adamw, clip_and_step
+from streamrl.training.progress import TimedLines
 from streamrl.training.run import environment_entities
 
 if TYPE_CHECKING:
@@ -310,7 +311,7 @@ def behaviour_cloning(
     generator = torch.Generator().manual_seed(config.train.seed)
     step, metrics = 0, {}
     batches = sft.epochs * -(-len(demos) // sft.batch_size)
-    began = told = time.perf_counter()
+    lines = TimedLines(batches, progress, PROGRESS_EVERY_S) if progress is not None else None  # a long SFT is never silent
     model.train()
     for epoch in range(sft.epochs):
         order = list(range(len(demos)))
@@ -342,12 +343,9 @@ def behaviour_cloning(
             clip_and_step(policy.trainable_parameters(), optimizer, optim.grad_clip)
             total_tokens += tokens
             step += 1
-            now = time.perf_counter()
-            if progress is not None and now - told >= PROGRESS_EVERY_S:  # a long SFT is never silent
-                told = now
-                left = (now - began) / step * (batches - step)
-                progress(f"SFT: epoch {epoch + 1}/{sft.epochs}, batch {step}/{batches}, "
-                         f"NLL {total_loss / max(total_tokens, 1.0):.3f}, about {left:.0f} s left")
+            if lines is not None:
+                lines.tell(step, f"SFT: epoch {epoch + 1}/{sft.epochs}, batch {step}/{batches}, "
+                                 f"NLL {total_loss / max(total_tokens, 1.0):.3f}")
         metrics = {
             "epoch": epoch + 1,
             "nll": total_loss / max(total_tokens, 1.0),
