@@ -280,6 +280,10 @@ def build_app(endpoint: Endpoint, on_reward: Callable[[Session], None] | None = 
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         return error(RequestError(f"invalid request: {exc.errors()[:1]}"))
 
+    @app.exception_handler(RequestError)
+    async def refused(request: Request, exc: RequestError) -> JSONResponse:  # any route's bad request
+        return error(exc)
+
     async def read_body(request: Request) -> Any:
         """The JSON body, counted as it streams in (with or without Content-Length) and refused at the cap."""
         cap = settings.max_request_bytes
@@ -345,23 +349,20 @@ def build_app(endpoint: Endpoint, on_reward: Callable[[Session], None] | None = 
     @app.get("/v1/models")
     @app.get("/sessions/{session_id}/v1/models")
     async def models(request: Request, session_id: str | None = None) -> Any:
-        try:
-            caller(request, session_id)
-        except RequestError as exc:
-            return error(exc)
+        caller(request, session_id)
         return {"object": "list", "data": [{"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "streamrl"}]}
 
     @app.post("/sessions/next")
     async def next_session(request: Request) -> Any:
         if claim is None:
-            return error(RequestError("this endpoint hands out no tasks (start it with streamrl serve --train)", None, 404,
-                                      "not_found_error"))
+            raise RequestError("this endpoint hands out no tasks (start it with streamrl serve --train)", None, 404,
+                               "not_found_error")
         if settings.token is not None and not is_token(bearer(request)):
-            return error(unauthorised("claiming a task"))
+            raise unauthorised("claiming a task")
         try:
             wait = min(max(float(request.query_params.get("wait", "30")), 0.0), 300.0)
         except ValueError:
-            return error(RequestError("wait must be a number of seconds", "wait"))
+            raise RequestError("wait must be a number of seconds", "wait") from None
         session = await claim(wait)
         if session is None:
             return Response(status_code=204)  # nothing dispatched yet: ask again
@@ -370,25 +371,22 @@ def build_app(endpoint: Endpoint, on_reward: Callable[[Session], None] | None = 
 
     @app.post("/sessions/{session_id}/reward")
     async def reward(session_id: str, request: Request) -> Any:
+        session = caller(request, session_id)
+        assert session is not None  # caller(a session id) returns its session or raises
+        body = await read_body(request)
+        if not isinstance(body, dict):
+            raise RequestError("the request body must be a JSON object {reward, call?}")
+        call = body.get("call")
+        if call is not None and (isinstance(call, bool) or not isinstance(call, int)):
+            raise RequestError(f"call must be an integer index, got {call!r}", "call")
+        refusals = len(session.refused)
         try:
-            session = caller(request, session_id)
-            assert session is not None  # caller(a session id) returns its session or raises
-            body = await read_body(request)
-            if not isinstance(body, dict):
-                raise RequestError("the request body must be a JSON object {reward, call?}")
-            call = body.get("call")
-            if call is not None and (isinstance(call, bool) or not isinstance(call, int)):
-                raise RequestError(f"call must be an integer index, got {call!r}", "call")
-            refusals = len(session.refused)
-            try:
-                session.give_reward(body.get("reward"), call)
-            except ValueError as exc:
-                refused = len(session.refused) > refusals
-                if refused and call is None and on_reward is not None:
-                    on_reward(session)  # a refused final reward ends the episode (not trained on)
-                raise RequestError(str(exc), "reward" if refused else "call") from None
-        except RequestError as exc:
-            return error(exc)
+            session.give_reward(body.get("reward"), call)
+        except ValueError as exc:
+            refused = len(session.refused) > refusals
+            if refused and call is None and on_reward is not None:
+                on_reward(session)  # a refused final reward ends the episode (not trained on)
+            raise RequestError(str(exc), "reward" if refused else "call") from None
         if on_reward is not None and call is None:
             on_reward(session)
         return {"ok": True}
