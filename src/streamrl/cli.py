@@ -83,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--model", help="run folder, model folder or spec (default: model.init_from or model.spec)")
     evaluate.add_argument("--out", help="folder for the transcripts (default: RUN/eval-<env>-<split> for a run folder, "
                                         "else runs/eval-<env>-<split>)")
-    evaluate.add_argument("--split", help="evaluation split (default: the environment's)")
-    evaluate.add_argument("--tasks", type=int, help="evaluate on the first N tasks only")
+    evaluate.add_argument("--split", help="evaluation split, or several joined by + (default: the environment's)")
+    evaluate.add_argument("--tasks", type=int, help="evaluate on N tasks of each split only")
     evaluate.add_argument("--json", help="also write the result to this JSON file")
     evaluate.set_defaults(func=cmd_eval)
 

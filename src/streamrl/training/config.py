@@ -120,9 +120,12 @@ class EnvConfig(Section):
     #: the training prompt pool: the first N task ids of the train split (at most MAX_TASKS: the
     #: prompt source weighs the whole pool at every dispatch; memory is checked before the run too)
     train_tasks: StrictInt = Field(256, ge=1, le=MAX_TASKS)
-    #: evaluation split (null: the environment's own default) and how many of its tasks to use
+    #: evaluation split (null: the environment's own default), or several joined by "+"
+    #: ("seen+unseen"); how many tasks of each to use, and how many of each split's first ids to
+    #: skip (the tasks settings were chosen on, so that a held-out claim rests on others)
     eval_split: str | None = None
     eval_tasks: StrictInt | None = Field(None, ge=1)
+    eval_from: StrictInt = Field(0, ge=0)
 
 
 class LatencyConfig(Section):

@@ -42,3 +42,15 @@ class Environment:
     def task_ids(self, split: str, limit: int | None = None) -> list[str]:
         with self.probe() as env:
             return env.task_ids(split, limit=limit)
+
+
+def split_task_ids(env: Env, splits: str, count: int | None = None, start: int = 0) -> list[str]:
+    """The ids of ``splits`` (one split, or several joined by "+"): ``count`` of each (None: all)
+    from its ``start``-th; a ``ValueError`` naming the split that is unknown or has none there."""
+    ids: list[str] = []
+    for split in splits.split("+"):
+        taken = env.task_ids(split, limit=None if count is None else start + count)[start:]
+        if not taken:
+            raise ValueError(f"{env.spec.name}: split {split!r} has no tasks from index {start}")
+        ids.extend(taken)
+    return ids

@@ -15,7 +15,7 @@ from streamrl.rollout.roles import action_parser, prompt_builder
 from streamrl.rollout.trajectory import format_problem_shares, turn_stats
 from streamrl.training.agent_mode import agent_tasks, eval_split, play_agent
 from streamrl.training.config import Config
-from streamrl.training.environment import Environment
+from streamrl.training.environment import Environment, split_task_ids
 from streamrl.training.progress import TimedLines
 
 
@@ -120,7 +120,7 @@ def episode_runner(config: Config, engine: InferenceEngine, codec: Any, settings
 def eval_task_ids(config: Config) -> tuple[str, list[str]]:
     with Environment.of(config.env).probe() as env:
         split = config.env.eval_split or env.spec.eval_split
-        return split, env.task_ids(split, limit=config.env.eval_tasks)
+        return split, split_task_ids(env, split, config.env.eval_tasks, config.env.eval_from)
 
 
 class EvalProgress:

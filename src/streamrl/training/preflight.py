@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from streamrl.envs.base import Env
 from streamrl.training.config import Config, ConfigError
+from streamrl.training.environment import split_task_ids
 
 #: logging field -> (package it needs, extra that installs it)
 LOGGING_PACKAGES = {"wandb_project": ("wandb", "wandb"), "mlflow_experiment": ("mlflow", "mlflow")}
@@ -90,10 +91,11 @@ def _entry(name: str) -> Any:
 
 
 def _check_splits(config: Config, env: Any) -> None:
-    for field, split, limit in (("env.train_tasks", "train", config.env.train_tasks),
-                                ("env.eval_split", config.env.eval_split or env.spec.eval_split, config.env.eval_tasks)):
+    for field, split, limit, start in (("env.train_tasks", "train", config.env.train_tasks, 0),
+                                       ("env.eval_split", config.env.eval_split or env.spec.eval_split, config.env.eval_tasks,
+                                        config.env.eval_from)):
         try:
-            env.task_ids(split, limit=limit)
+            split_task_ids(env, split, limit, start)
         except ValueError as error:
             raise ConfigError(f"{field}: {one_line(error)}") from None
 

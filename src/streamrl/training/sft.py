@@ -32,7 +32,7 @@ from streamrl.rollout.play_tasks import run_episodes
 from streamrl.rollout.roles import prompt_builder
 from streamrl.training.batch import collate, micro_batches
 from streamrl.training.config import Config
-from streamrl.training.environment import Environment
+from streamrl.training.environment import Environment, split_task_ids
 from streamrl.training.evaluate import episode_runner, episode_settings
 from streamrl.training.optim import adamw, clip_and_step
 from streamrl.training.progress import TimedLines
@@ -190,7 +190,7 @@ async def collect_demonstrations(config: Config, policy: Policy, heldout: bool =
     if sft.source in ("expert", "search_expert"):
         with Environment.of(config.env).probe() as probe:
             if heldout:
-                goals = probe.task_ids(config.env.eval_split or probe.spec.eval_split)
+                goals = split_task_ids(probe, config.env.eval_split or probe.spec.eval_split)
                 task_ids = goals[max(0, len(goals) - sft.heldout_demos):]
             else:
                 # demonstrations come from train tasks the RL pool does not use
