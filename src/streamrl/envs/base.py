@@ -131,14 +131,16 @@ class PromptBuilder(ABC):
       observation is appended as ``next_message`` (tokenised alone and appended, never re-templated).
     """
 
-    @abstractmethod
-    def system_prompt(self) -> str | None: ...
+    def system_prompt(self) -> str | None:
+        """The transcript's system message; None (the default): none."""
+        return None
 
     @abstractmethod
     def first_message(self, observation: str, info: dict[str, Any]) -> str: ...
 
-    @abstractmethod
-    def next_message(self, observation: str, info: dict[str, Any]) -> str: ...
+    def next_message(self, observation: str, info: dict[str, Any]) -> str:
+        """A later observation as the transcript gets it; the default: as it is."""
+        return observation
 
     @abstractmethod
     def step_messages(self, initial_observation: str, history: History, observation: str, info: dict[str, Any]) -> Messages:

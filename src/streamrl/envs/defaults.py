@@ -34,9 +34,6 @@ class ChatPromptBuilder(PromptBuilder):
     def first_message(self, observation: str, info: dict[str, Any]) -> str:
         return observation
 
-    def next_message(self, observation: str, info: dict[str, Any]) -> str:
-        return observation
-
     def step_messages(self, initial_observation, history, observation, info) -> list[dict[str, str]]:
         lines = [initial_observation]
         results = [obs for obs, _ in history[1:]] + [observation]  # what each action led to

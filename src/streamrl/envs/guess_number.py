@@ -109,14 +109,8 @@ class GuessNumberPromptBuilder(PromptBuilder):
         self.history_length = history_length
         self.reply_format = TOOL_REPLY_FORMAT if tools else REPLY_FORMAT
 
-    def system_prompt(self) -> str | None:
-        return None
-
     def first_message(self, observation: str, info: dict[str, Any]) -> str:
         return f"{observation} {self.reply_format}"
-
-    def next_message(self, observation: str, info: dict[str, Any]) -> str:
-        return observation
 
     def step_messages(self, initial_observation, history, observation, info) -> list[dict[str, str]]:
         lines = [initial_observation]

@@ -81,14 +81,8 @@ class PickObjectPromptBuilder(PromptBuilder):
     def __init__(self, tools: bool = False):
         self.instruction = TOOL_INSTRUCTION if tools else INSTRUCTION
 
-    def system_prompt(self) -> str | None:
-        return None
-
     def first_message(self, observation: str, info: dict[str, Any]) -> str:
         return f"{observation}\n{self.instruction}"
-
-    def next_message(self, observation: str, info: dict[str, Any]) -> str:
-        return observation
 
     def step_messages(self, initial_observation, history, observation, info) -> list[dict[str, str]]:
         return [{"role": "user", "content": self.first_message(observation, info)}]
