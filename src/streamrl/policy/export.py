@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from streamrl.policy.errors import PolicyLoadError
-from streamrl.policy.lora import quiet_peft
+from streamrl.policy.lora import own_storage, quiet_peft
 from streamrl.policy.policy import POLICY_FILE, POLICY_FORMAT, Policy, readable_by_all
 
 BASE_FOLDER = "base_model"
@@ -46,7 +46,7 @@ def export_policy(policy: Policy, out: str | Path, *, adapter: bool = False) -> 
 def _write_base(policy: Policy, folder: Path) -> Path:
     """The base model under a LoRA policy (adapters removed, not merged) as a plain HF folder."""
     with quiet_peft():
-        base: Any = copy.deepcopy(policy.model).unload()
+        base: Any = own_storage(copy.deepcopy(policy.model)).unload()
     return _write_folder(base, policy, folder)
 
 

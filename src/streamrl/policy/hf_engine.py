@@ -89,14 +89,22 @@ class HFEngine:
         self._thread: threading.Thread | None = None
         self._threads = threads
         self.last_error: str | None = None
+        #: bytes of this engine's weights a policy holds as its own too (``from_policy``'s sharing)
+        self.shared_bytes = 0
 
     @classmethod
-    def from_policy(cls, policy: Policy, *, dtype: Any = None, device: Any = None, **kwargs: Any) -> HFEngine:
-        """An engine over a fresh copy of ``policy``'s model (optionally in another dtype/device)."""
+    def from_policy(cls, policy: Policy, *, dtype: Any = None, device: Any = None, share_frozen: bool = True,
+                    **kwargs: Any) -> HFEngine:
+        """An engine over a fresh copy of ``policy``'s model (optionally in another dtype/device).
+        ``share_frozen``: a LoRA policy then holds its frozen base weights in the engine's copy
+        (``Policy.share_frozen_weights``; where dtype and device match), so the process keeps one."""
         from streamrl.policy.loading import resolve_dtype
 
         model = policy.inference_model(dtype=None if dtype is None else resolve_dtype(dtype), device=device)
-        return cls(model, decode=policy.decode, banned_token_ids=policy.banned_token_ids, **kwargs)
+        engine = cls(model, decode=policy.decode, banned_token_ids=policy.banned_token_ids, **kwargs)
+        if share_frozen:
+            engine.shared_bytes = policy.share_frozen_weights(model)
+        return engine
 
     # -- InferenceEngine -----------------------------------------------------------------------
 
@@ -245,7 +253,7 @@ class HFEngine:
 
     def _apply(self, staged: dict[str, torch.Tensor], version: int) -> None:
         with torch.no_grad():
-            self._model.load_state_dict(staged, strict=True)
+            self._model.load_state_dict(staged, strict=False)  # _stage checked the keys; shared ones are left out
         self._decode_loop.weights_changed()
         self._decode_loop.version = version
 
@@ -257,14 +265,23 @@ class HFEngine:
                 f"update_weights: state dict does not match the engine model (missing {missing[:5]}, "
                 f"unexpected {unexpected[:5]}); pass Policy.state_dict_for_engine()"
             )
+        own = self._model.state_dict()
         staged = {}
         for key, tensor in state_dict.items():
             shape, dtype, device = self._expected[key]
             if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != shape:
                 found = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
                 raise ValueError(f"update_weights: {key!r} is {found}, expected {shape}")
+            if _same_tensor(tensor, own[key]):  # a frozen weight the policy holds in this engine's storage
+                continue
             staged[key] = tensor.detach().to(device=device, dtype=dtype, copy=True)
         return staged
+
+
+def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same elements of the same storage (a view of it with the same layout)."""
+    return (a.device == b.device and a.dtype == b.dtype and a.data_ptr() == b.data_ptr()
+            and a.stride() == b.stride() and a.shape == b.shape)
 
 
 def _resolve(future: asyncio.Future, result: GenerationResult) -> None:

@@ -129,3 +129,49 @@ def _tensor(model: Any, key: str) -> Any:
         return model.get_parameter(key).detach()
     except AttributeError:
         return model.get_buffer(key).detach()
+
+
+def share_frozen_weights(model: Any, engine_model: Any) -> int:
+    """Point a peft ``model``'s frozen base parameters at ``engine_model``'s (a plain, merged copy
+    of it, as ``inference_model`` makes) wherever they hold the same weights: every parameter
+    outside the LoRA-wrapped layers (whose engine copies have the adapters merged in) and the
+    trainable-token wrappers, in the same shape, dtype and device. A learner and an engine in one
+    process then hold one copy of the frozen base instead of two. Returns the bytes the model no
+    longer holds itself (0 for a plain model: all of it trains).
+
+    The engine's parameters may be views in its own layout (``fused_forward``'s fused, input-major
+    storage); the model's modules compute the same function on them. Nothing writes to them: the
+    learner does not train them, and the engine skips them in ``update_weights``
+    (``HFEngine``: a tensor that already is its own is not copied)."""
+    if not is_peft_model(model):
+        return 0
+    from peft.tuners.lora import LoraLayer
+    from peft.utils.other import TrainableTokensWrapper
+
+    base = model.get_base_model()
+    engine_parameters = dict(engine_model.named_parameters(remove_duplicate=False))
+    adapted = [name for name, module in base.named_modules() if isinstance(module, (LoraLayer, TrainableTokensWrapper))]
+    freed: dict[int, int] = {}  # by the replaced parameter: a tied embedding and head count once
+    for name, module in base.named_modules():
+        if any(name == a or name.startswith(a + ".") for a in adapted):
+            continue
+        for param_name, parameter in list(module.named_parameters(recurse=False)):
+            target = engine_parameters.get(f"{name}.{param_name}" if name else param_name)
+            if (target is None or parameter.requires_grad or target is parameter or target.shape != parameter.shape
+                    or target.dtype != parameter.dtype or target.device != parameter.device):
+                continue
+            freed[id(parameter)] = parameter.numel() * parameter.element_size()
+            setattr(module, param_name, target)
+    return sum(freed.values())
+
+
+def own_storage(model: Any) -> Any:
+    """``model`` with every parameter contiguous in a storage of its own: what a copy of a model
+    that shares weights with an engine (views into the engine's layout) needs before it is saved
+    (safetensors refuses shared storage) or handed to another engine. Returns ``model``."""
+    import torch
+
+    for parameter in model.parameters():
+        if not parameter.is_contiguous() or parameter.untyped_storage().nbytes() != parameter.nbytes:
+            parameter.data = parameter.data.clone(memory_format=torch.contiguous_format)
+    return model
