@@ -101,6 +101,29 @@ def test_finished_runs_are_not_rerun_and_interrupted_ones_resume(tmp_path, monke
     assert calls == []  # everything done: only the report is rewritten
 
 
+def test_runs_from_the_configs_own_start_evaluate_it_once(tmp_path, monkeypatch):
+    spec = _spec(shared_warm_start=False)
+    warm, runs = plan_runs(spec, tmp_path)
+    (seed, sft, evaluation, folder), = warm  # no SFT, one evaluation for every seed and arm
+    assert seed is None and sft is None and evaluation[0] == "eval" and folder == tmp_path / "start"
+    assert len(runs) == 6 and not any(arg.startswith("model.init_from=") for _, _, command, _ in runs for arg in command)
+    calls = []
+    monkeypatch.setattr(compare, "_run", lambda command, log: calls.append(command))
+    monkeypatch.setattr(compare, "write_comparison_report", lambda spec, out, runs: out / "report.md")
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps(spec.model_dump(mode="json")))
+    compare.run_comparison(config, out=tmp_path)
+    assert [c[3] for c in calls] == ["eval"] + ["train"] * 6
+    # the report's "before" of every run is that evaluation
+    for _, seed, _, folder in runs:
+        _fake_run(folder, [0, 10], [0.2, 0.4])
+    (tmp_path / "start").mkdir()
+    (tmp_path / "start" / "eval.json").write_text('{"success": 0.3}')
+    write_comparison_report(spec, tmp_path, [(name, seed, folder) for name, seed, _, folder in runs])
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["arms"]["a"]["eval_before_mean"] == report["arms"]["b"]["eval_before_mean"] == pytest.approx(0.3)
+
+
 def test_bad_comparison_files_are_reported(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("name: x\nbase: [a.yaml]\nseeds: [0]\narms: {a: {algo: spo}, b: {algo: a2c}}\n")

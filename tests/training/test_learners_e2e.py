@@ -14,12 +14,14 @@ from streamrl.training.config import ALGORITHMS
 from streamrl.training.loggers import read_metrics
 from streamrl.training.loop import train
 
-COMMON = ("loss", "policy_loss", "grad_norm", "clip_frac", "ppo_kl", "entropy", "success", "trajectories_consumed")
+#: the step's cost too: the learner's time and the wait for the batch (generation it did not hide)
+COMMON = ("loss", "policy_loss", "grad_norm", "clip_frac", "ppo_kl", "entropy", "success", "trajectories_consumed",
+          "learner_time_s", "batch_wait_s")
 SPECIFIC = {
     "spo": ("policy_drift", "rho_mean", "baseline_mean", "baseline_bias"),
     "spo++": ("event_z", "baseline_mean", "baseline_bias", "token_weighted_adv_mean"),
     "grpo": ("frac_degenerate_groups", "n_groups"),
-    "ppo": ("critic_loss", "value_mean"),
+    "ppo": ("critic_loss", "value_mean", "time_critic_update_s"),
     "sapo": ("value_loss", "q_loss", "kl_ref", "value_saturation_frac"),
 }
 

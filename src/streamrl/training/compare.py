@@ -14,7 +14,8 @@ A comparison file (``configs/compare/*.yaml``)::
     jobs: 1                                 # runs at once (separate processes)
 
 Per seed, the SFT warm start is trained once and shared by every arm (``model.init_from``), so
-paired runs differ only in the algorithm. Each run is a ``streamrl train`` process in
+paired runs differ only in the algorithm; with ``shared_warm_start: false`` every run starts from
+the model the config names (a shipped warm start), evaluated once in ``<out>/start``. Each run is a ``streamrl train`` process in
 ``<out>/runs/<arm>/seed_<s>``; finished runs are not rerun, interrupted ones are resumed. The report
 (``report.md``, ``report.json``, ``curves.png``) gives per-run learning AUC and final reward on the
 training-success curve against trajectories consumed, paired differences with 95% intervals,
@@ -112,14 +113,24 @@ def _log(folder: Path) -> Path:
     return folder.parent / f"{folder.name}.log"
 
 
-WarmStart = tuple[int, list[str], list[str], Path]
+#: (seed or None, the SFT command or None, the command evaluating the start on the held-out split, its folder)
+WarmStart = tuple[int | None, list[str] | None, list[str], Path]
+#: where the common start of every run is evaluated when the runs start from the config's own model
+START = "start"
 
 
 def plan_runs(spec: CompareConfig, out: Path) -> tuple[list[WarmStart], list[tuple[str, int, list[str], Path]]]:
-    """The SFT warm starts (per seed: the SFT command and the command evaluating its model on the
-    held-out split, the common starting point of every arm) and the arm runs, as commands."""
+    """The starting points and the arm runs, as commands. With ``shared_warm_start``, per seed: the
+    SFT command and the command evaluating its model on the held-out split, the common start of
+    every arm. Without, every run starts from the model the config names (a shipped warm start):
+    one evaluation of it, the "before" of every run, instead of one per run."""
     configs = [arg for path in spec.base for arg in ("--config", path)]
-    warm, runs = [], []
+    warm: list[WarmStart] = []
+    runs = []
+    if not spec.shared_warm_start:
+        folder = out / START
+        warm.append((None, None, ["eval", *configs, "--json", str(folder / "eval.json"), "--out", str(folder / "eval"),
+                                  *spec.overrides, f"train.seed={spec.seeds[0]}"], folder))
     for seed in spec.seeds:
         seed_args = [*spec.overrides, f"train.seed={seed}"]
         init: list[str] = []
@@ -149,7 +160,7 @@ def run_comparison(path: str | Path | None, out: str | Path | None = None, overr
 
     def do_warm(item: WarmStart) -> None:
         seed, command, evaluation, folder = item
-        if not (folder / "sft_model" / "config.json").is_file():  # an interrupted SFT starts again
+        if command is not None and not (folder / "sft_model" / "config.json").is_file():  # an interrupted SFT starts again
             _run(_command(*command, *(["--overwrite"] if folder.exists() else [])), _log(folder))
         if not (folder / "eval.json").is_file():
             _run(_command(*evaluation), _log(folder))
@@ -170,9 +181,12 @@ def run_comparison(path: str | Path | None, out: str | Path | None = None, overr
 
 
 def _warm_start_success(out: Path, seed: int) -> float | None:
-    """Held-out success of a seed's shared warm start (written by its evaluation), if any."""
-    path = out / "warm_start" / f"seed_{seed}" / "eval.json"
-    return json.loads(path.read_text())["success"] if path.is_file() else None
+    """Held-out success of a seed's shared warm start, else of the common start (written by their
+    evaluations), if any."""
+    for path in (out / "warm_start" / f"seed_{seed}" / "eval.json", out / START / "eval.json"):
+        if path.is_file():
+            return json.loads(path.read_text())["success"]
+    return None
 
 
 def run_statistics(folder: Path, spec: CompareConfig) -> dict[str, Any]:

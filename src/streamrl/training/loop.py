@@ -158,19 +158,22 @@ async def _train(config: Config, ws: Workspace, echo: Any) -> dict[str, Any]:
                     echo(f"time limit: {limit:g} min of RL reached after step {run.step}")
                     summary["stopped_by"] = "time_limit"
                     break
+                waiting = time.monotonic()
                 try:
                     batch = await rollout.next_batch()
                 except DeadEnvironmentError:  # the environment keeps failing: keep what was learned, then stop
                     if run.step:
                         ws.save(run, policy, learner, rollout, logger)
                     raise
+                # what generation costs a step beyond what the learner's update hides of it
+                batch_wait_s = time.monotonic() - waiting
                 require_outcomes(batch, run.step + 1)
                 with _engine_threads(engine, engine_threads, learner_threads + engine_threads):
                     metrics = await asyncio.to_thread(_with_threads, learner_threads, learner.step, batch)
                 run.advance(batch, rl_s=time.monotonic() - rl_started)
                 engine.update_weights(policy.state_dict_for_engine(), run.version)
                 rollout.publish(run.version)
-                metrics.update(run.metrics(), **_rollout_metrics(rollout.stats()))
+                metrics.update(run.metrics(), batch_wait_s=batch_wait_s, **_rollout_metrics(rollout.stats()))
                 if agents:  # calls whose prompt did not extend the transcript (trained per step)
                     metrics["prefix_breaks"] = float(sum(t.info.get("prefix_breaks", 0) for t in batch))
                 try:
