@@ -74,6 +74,16 @@ def test_a_graded_score_gets_its_own_columns_and_paired_difference(tmp_path):
     assert "score" not in (runs_binary / "report.md").read_text()
 
 
+def _recorded(spec, tmp_path, monkeypatch):
+    """``spec`` written as a comparison file, with its commands recorded instead of run."""
+    calls = []
+    monkeypatch.setattr(compare, "_run", lambda command, log: calls.append(command))
+    monkeypatch.setattr(compare, "write_comparison_report", lambda spec, out, runs: out / "report.md")
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps(spec.model_dump(mode="json")))
+    return calls, config
+
+
 def test_finished_runs_are_not_rerun_and_interrupted_ones_resume(tmp_path, monkeypatch):
     spec = _spec(seeds=[0])
     warm, runs = plan_runs(spec, tmp_path)
@@ -85,11 +95,7 @@ def test_finished_runs_are_not_rerun_and_interrupted_ones_resume(tmp_path, monke
     warm_folder = warm[0][3]
     (warm_folder / "sft_model").mkdir(parents=True)
     (warm_folder / "sft_model" / "config.json").write_text("{}")  # warm start trained, not yet evaluated
-    calls = []
-    monkeypatch.setattr(compare, "_run", lambda command, log: calls.append(command))
-    monkeypatch.setattr(compare, "write_comparison_report", lambda spec, out, runs: out / "report.md")
-    config = tmp_path / "c.yaml"
-    config.write_text(json.dumps(spec.model_dump(mode="json")))
+    calls, config = _recorded(spec, tmp_path, monkeypatch)
     compare.run_comparison(config, out=tmp_path)
     assert len(calls) == 2
     assert calls[0][3] == "eval" and str(warm_folder / "eval.json") in calls[0]
@@ -107,11 +113,7 @@ def test_runs_from_the_configs_own_start_evaluate_it_once(tmp_path, monkeypatch)
     (seed, sft, evaluation, folder), = warm  # no SFT, one evaluation for every seed and arm
     assert seed is None and sft is None and evaluation[0] == "eval" and folder == tmp_path / "start"
     assert len(runs) == 6 and not any(arg.startswith("model.init_from=") for _, _, command, _ in runs for arg in command)
-    calls = []
-    monkeypatch.setattr(compare, "_run", lambda command, log: calls.append(command))
-    monkeypatch.setattr(compare, "write_comparison_report", lambda spec, out, runs: out / "report.md")
-    config = tmp_path / "c.yaml"
-    config.write_text(json.dumps(spec.model_dump(mode="json")))
+    calls, config = _recorded(spec, tmp_path, monkeypatch)
     compare.run_comparison(config, out=tmp_path)
     assert [c[3] for c in calls] == ["eval"] + ["train"] * 6
     # the report's "before" of every run is that evaluation
