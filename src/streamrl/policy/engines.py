@@ -3,7 +3,7 @@ and ``vllm`` (``VLLMEngine``, a GPU with the ``vllm`` extra installed)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from streamrl.policy.protocols import InferenceEngine
 
@@ -32,10 +32,10 @@ def make_engine(
         # int8: what is not quantised (embeddings, norms, attention, down_proj) runs in float32, the
         # dtype fbgemm's dynamic int8 linear takes and returns, whatever the policy's own dtype
         dtype = {"bfloat16": "bfloat16", "int8": "float32"}.get(rollout_dtype)
+        cache: dict[str, Any] = {} if prefix_cache_tokens is None else {"prefix_cache_tokens": prefix_cache_tokens}
         return HFEngine.from_policy(policy, dtype=dtype, version=version, seed=seed, threads=threads,
                                     int8=rollout_dtype == "int8",
-                                    capture_layer=capture_layer if rollout_dtype == "same" else None,
-                                    **({} if prefix_cache_tokens is None else {"prefix_cache_tokens": prefix_cache_tokens}))
+                                    capture_layer=capture_layer if rollout_dtype == "same" else None, **cache)
     if rollout_dtype != "same":
         raise ValueError(f"model.rollout_dtype={rollout_dtype} is the hf engine's (vLLM quantises through its own options)")
     if kind == "vllm":
