@@ -97,13 +97,14 @@ class HFEngine:
                     **kwargs: Any) -> HFEngine:
         """An engine over a fresh copy of ``policy``'s model (optionally in another dtype/device).
         ``share_frozen``: a LoRA policy then holds its frozen base weights in the engine's copy
-        (``Policy.share_frozen_weights``; where dtype and device match), so the process keeps one."""
+        (``lora.share_frozen_weights``; where dtype and device match), so the process keeps one."""
         from streamrl.policy.loading import resolve_dtype
+        from streamrl.policy.lora import share_frozen_weights
 
         model = policy.inference_model(dtype=None if dtype is None else resolve_dtype(dtype), device=device)
         engine = cls(model, decode=policy.decode, banned_token_ids=policy.banned_token_ids, **kwargs)
         if share_frozen:
-            engine.shared_bytes = policy.share_frozen_weights(model)
+            engine.shared_bytes = share_frozen_weights(policy.model, model)
         return engine
 
     # -- InferenceEngine -----------------------------------------------------------------------

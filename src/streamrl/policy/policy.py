@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from streamrl.policy.chat import ChatTemplateCodec
-from streamrl.policy.lora import is_peft_model, merged_weights, own_storage, share_frozen_weights
+from streamrl.policy.lora import is_peft_model, merged_weights, own_storage
 from streamrl.policy.tool_format import ToolFormat, resolve_tool_format
 
 #: written next to the weights; records value tokens and, for LoRA, how to rebuild the base model
@@ -199,11 +199,6 @@ class Policy:
             parameter.grad = None
         clone.eval()
         return clone.to(device=self.device if device is None else device, dtype=self.run_dtype if dtype is None else dtype)
-
-    def share_frozen_weights(self, engine_model: Any) -> int:
-        """Hold the frozen base weights in ``engine_model``'s storage instead of a second copy (a
-        LoRA policy and an engine in one process; ``lora.share_frozen_weights``); the bytes freed."""
-        return share_frozen_weights(self.model, engine_model)
 
     # -- persistence -------------------------------------------------------------------------------
 
